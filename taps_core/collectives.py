@@ -1,0 +1,106 @@
+"""Collectives as phases, and the two ways to cost them: topology-aware time or bytes.
+
+A :class:`Phase` is one single-level step run by every group at once: ``per_rank_bytes`` is what
+each rank sends (the ring formulas of the primer), ``steps`` the latency count. An all-reduce
+whose group spans hosts and GPUs runs hierarchically: reduce-scatter inside the host, all-reduce
+across hosts on 1/q of the data (every GPU on its own rail), all-gather inside the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from taps_core.linkmodel import LinkModel
+
+DEFAULT_VOLUME_SECONDS_PER_BYTE = 1.0 / 100e9  # volume model: one fixed 100 GB/s for every byte
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One collective step on one mesh level, run by every group of that level at once."""
+
+    collective: str  # all_reduce | all_gather | reduce_scatter | all_to_all
+    level: str
+    q: int
+    per_rank_bytes: float
+    steps: int
+
+    @property
+    def pattern(self) -> str:
+        return "pairs" if self.collective == "all_to_all" else "ring"
+
+
+def all_reduce(q_inter: int, q_intra: int, size_bytes: float) -> tuple[Phase, ...]:
+    """All-reduce of ``size_bytes`` over q_inter hosts x q_intra GPUs (hierarchical if both)."""
+    if q_inter > 1 and q_intra > 1:
+        frac = (q_intra - 1) / q_intra * size_bytes
+        return (
+            Phase("reduce_scatter", "intra", q_intra, frac, q_intra - 1),
+            *all_reduce(q_inter, 1, size_bytes / q_intra),
+            Phase("all_gather", "intra", q_intra, frac, q_intra - 1),
+        )
+    q, level = (q_inter, "inter") if q_inter > 1 else (q_intra, "intra")
+    if q <= 1:
+        return ()
+    return (Phase("all_reduce", level, q, 2 * (q - 1) / q * size_bytes, 2 * (q - 1)),)
+
+
+def all_gather(level: str, q: int, out_bytes: float) -> tuple[Phase, ...]:
+    """All-gather whose result (per rank) is ``out_bytes``."""
+    if q <= 1:
+        return ()
+    return (Phase("all_gather", level, q, (q - 1) / q * out_bytes, q - 1),)
+
+
+def all_to_all(level: str, q: int, held_bytes: float) -> tuple[Phase, ...]:
+    """All-to-all where each rank holds ``held_bytes`` and keeps 1/q of it."""
+    if q <= 1:
+        return ()
+    return (Phase("all_to_all", level, q, (q - 1) / q * held_bytes, q - 1),)
+
+
+class CommCost(Protocol):
+    """What the search needs from a communication cost model."""
+
+    name: str
+
+    def seconds(self, phase: Phase) -> float:
+        """Cost of one phase, in seconds (or seconds-equivalent for the volume model)."""
+        ...
+
+    def coefficients(self, level: str, q: int, pattern: str) -> tuple[float, float]:
+        """(seconds per step, seconds per per-rank byte) of a pattern, for vectorised costs."""
+        ...
+
+
+class TopologyCost:
+    """Time over the real links: routed per-link load over bandwidth, plus step latency."""
+
+    name = "topology"
+
+    def __init__(self, links: LinkModel) -> None:
+        self.links = links
+
+    def coefficients(self, level: str, q: int, pattern: str) -> tuple[float, float]:
+        p = self.links.pattern(level, q, pattern)
+        return p.alpha_s, p.beta_s_per_B
+
+    def seconds(self, phase: Phase) -> float:
+        alpha, beta = self.coefficients(phase.level, phase.q, phase.pattern)
+        return phase.steps * alpha + phase.per_rank_bytes * beta
+
+
+class VolumeCost:
+    """Bytes each rank sends times one constant: blind to which link the bytes cross."""
+
+    name = "volume"
+
+    def __init__(self, seconds_per_byte: float = DEFAULT_VOLUME_SECONDS_PER_BYTE) -> None:
+        self.seconds_per_byte = seconds_per_byte
+
+    def coefficients(self, level: str, q: int, pattern: str) -> tuple[float, float]:
+        return 0.0, self.seconds_per_byte
+
+    def seconds(self, phase: Phase) -> float:
+        return phase.per_rank_bytes * self.seconds_per_byte

@@ -1,0 +1,195 @@
+"""Operator-graph IR: tensors, einsum-style operators, and the graph that joins them.
+
+Every operator is an einsum over named one-letter dimensions, e.g. a matmul with bias is
+``"bsk,kn,n->bsn"``. Letters absent from the output are contracted (a split one leaves partial
+sums); ``fixed`` letters are never split (head_dim, attention's key sequence, conv windows).
+Ops carry the index of the transformer layer (or stage) they belong to, so repeated blocks can
+be collapsed in views and memoised in search.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+
+from taps_core.errors import InvalidInputError
+
+OP_KINDS = (
+    "matmul", "attention", "softmax", "norm", "elementwise", "embedding", "loss",
+    "moe_dispatch", "moe_combine", "conv", "pool",
+)
+# ops whose time is bound by memory traffic, not FLOPs
+MEMORY_BOUND_KINDS = frozenset({"softmax", "norm", "elementwise", "embedding", "loss",
+                                "moe_dispatch", "moe_combine", "pool"})
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor: shape (elements per dim), bytes per element, and whether it is a parameter.
+
+    ``tied`` parameters reuse another parameter's storage (GPT-2's LM head): they are left out
+    of parameter counts and memory but still cost compute and gradient communication.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype_bytes: int = 2
+    is_param: bool = False
+    requires_grad: bool = True
+    tied: bool = False
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.dtype_bytes
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One operator: einsum over its input tensors, producing ``output``.
+
+    ``tp_role`` marks Megatron's matmul roles ('column' splits the output features, 'row' the
+    contraction) for the Megatron-style baseline; the search itself ignores it.
+    ``stat_letters`` are output letters over which the op reduces statistics (a norm's hidden
+    dim): splitting them costs a small all-reduce of those statistics.
+    """
+
+    name: str
+    kind: str
+    einsum: str
+    inputs: tuple[str, ...]
+    output: str
+    layer: int | None = None
+    fixed: frozenset[str] = frozenset()
+    stat_letters: frozenset[str] = frozenset()
+    tp_role: str | None = None
+    flops_factor: float = 2.0
+    fwd_flops: float | None = None  # set when the einsum product is not the FLOP count (conv)
+
+    @cached_property
+    def input_letters(self) -> tuple[str, ...]:
+        return tuple(self.einsum.split("->")[0].split(","))
+
+    @cached_property
+    def output_letters(self) -> str:
+        return self.einsum.split("->")[1]
+
+    @cached_property
+    def letters(self) -> tuple[str, ...]:
+        """All letters in first-seen order."""
+        seen: dict[str, None] = {}
+        for part in (*self.input_letters, self.output_letters):
+            for ch in part:
+                seen.setdefault(ch, None)
+        return tuple(seen)
+
+    @cached_property
+    def contracted(self) -> frozenset[str]:
+        """Letters summed over (in some input, not in the output)."""
+        return frozenset(self.letters) - frozenset(self.output_letters)
+
+
+@dataclass(frozen=True)
+class OpGraph:
+    """A model as operators over tensors, in topological order; ``batch_letter`` names DP's dim."""
+
+    name: str
+    tensors: dict[str, TensorSpec]
+    ops: tuple[OpSpec, ...]
+    batch_letter: str = "b"
+    meta: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_graph(self)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.ops))
+
+    @cached_property
+    def op_by_name(self) -> dict[str, OpSpec]:
+        return {op.name: op for op in self.ops}
+
+    @cached_property
+    def producer(self) -> dict[str, str]:
+        """Tensor name -> name of the op that outputs it."""
+        return {op.output: op.name for op in self.ops}
+
+    @cached_property
+    def consumers(self) -> dict[str, tuple[str, ...]]:
+        """Tensor name -> names of the ops that read it, in graph order."""
+        found: dict[str, list[str]] = {}
+        for op in self.ops:
+            for t in dict.fromkeys(op.inputs):
+                found.setdefault(t, []).append(op.name)
+        return {k: tuple(v) for k, v in found.items()}
+
+    @cached_property
+    def digraph(self) -> nx.DiGraph:
+        """networkx view: op nodes (attr ``op``), edges producer -> consumer (attr ``tensor``)."""
+        g = nx.DiGraph()
+        for op in self.ops:
+            g.add_node(op.name, op=op)
+        for op in self.ops:
+            for t in op.inputs:
+                if t in self.producer:
+                    g.add_edge(self.producer[t], op.name, tensor=t)
+        return g
+
+    def dim_sizes(self, op: OpSpec) -> dict[str, int]:
+        """Letter -> size for one op; a letter's size is the smallest over the tensors using it."""
+        sizes: dict[str, int] = {}
+        for letters, tname in zip((*op.input_letters, op.output_letters), (*op.inputs, op.output)):
+            for ch, n in zip(letters, self.tensors[tname].shape):
+                sizes[ch] = min(sizes.get(ch, n), n)
+        return sizes
+
+    def flops(self, op: OpSpec) -> float:
+        """Forward FLOPs of one op (matmul-like: factor x product of every letter's size)."""
+        if op.fwd_flops is not None:
+            return op.fwd_flops
+        if op.kind in MEMORY_BOUND_KINDS:
+            return float(self.tensors[op.output].numel)
+        full: dict[str, int] = {}
+        for letters, tname in zip((*op.input_letters, op.output_letters), (*op.inputs, op.output)):
+            for ch, n in zip(letters, self.tensors[tname].shape):
+                full[ch] = max(full.get(ch, n), n)
+        return op.flops_factor * math.prod(full.values())
+
+    @property
+    def num_parameters(self) -> int:
+        """Parameters held (tied copies counted once)."""
+        return sum(t.numel for t in self.tensors.values() if t.is_param and not t.tied)
+
+    @property
+    def num_layers(self) -> int:
+        return len({op.layer for op in self.ops if op.layer is not None})
+
+
+def check_graph(graph: OpGraph) -> None:
+    """Raise InvalidInputError if einsums, shapes or wiring are inconsistent."""
+    produced: set[str] = set()
+    for op in graph.ops:
+        if op.kind not in OP_KINDS:
+            raise InvalidInputError(f"op {op.name}.kind", op.kind, f"one of {OP_KINDS}")
+        if len(op.input_letters) != len(op.inputs):
+            raise InvalidInputError(f"op {op.name}.einsum", op.einsum, "one term per input")
+        for letters, tname in zip((*op.input_letters, op.output_letters), (*op.inputs, op.output)):
+            if tname not in graph.tensors:
+                raise InvalidInputError(f"op {op.name} tensor", tname, "a declared tensor")
+            shape = graph.tensors[tname].shape
+            if len(letters) != len(shape):
+                raise InvalidInputError(f"op {op.name} term for {tname}", letters,
+                                        f"{len(shape)} letters for shape {shape}")
+        for tname in op.inputs:
+            t = graph.tensors[tname]
+            if not t.is_param and tname in graph.producer and tname not in produced:
+                raise InvalidInputError(f"op {op.name} input", tname, "produced by an earlier op")
+        if op.output in produced:
+            raise InvalidInputError(f"op {op.name}.output", op.output, "produced by one op only")
+        produced.add(op.output)

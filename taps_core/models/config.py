@@ -1,0 +1,170 @@
+"""Model configs in the Hugging Face config.json vocabulary, plus workload fields.
+
+Workload fields (``batch_size``, ``seq_length``, ``dtype``) may sit in the same file; the CLI
+and dashboard can override them. Unknown keys are ignored, as transformers does.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from taps_core.errors import InvalidInputError, check_positive_int
+
+DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
+TRANSFORMER_TYPES = ("gpt2", "gpt3", "bert", "llama", "mistral", "mixtral")
+FAMILIES = (*TRANSFORMER_TYPES, "mlp", "resnet")
+MAX_CONFIG_BYTES = 1 * 2**20
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture (HF names) and workload of one model."""
+
+    name: str
+    model_type: str
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    num_key_value_heads: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int = 50257
+    max_position_embeddings: int = 1024
+    tie_word_embeddings: bool = True
+    num_local_experts: int = 0
+    num_experts_per_tok: int = 2
+    type_vocab_size: int = 0
+    # ResNet (HF ResNetConfig names)
+    embedding_size: int = 64
+    hidden_sizes: tuple[int, ...] = (256, 512, 1024, 2048)
+    depths: tuple[int, ...] = (3, 4, 6, 3)
+    num_labels: int = 1000
+    image_size: int = 224
+    # workload
+    batch_size: int = 8
+    seq_length: int = 1024
+    dtype: str = "bfloat16"
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def ffn_size(self) -> int:
+        return self.intermediate_size or 4 * self.hidden_size
+
+    def with_workload(
+        self, *, batch_size: int | None = None, seq_length: int | None = None,
+        dtype: str | None = None,
+    ) -> ModelConfig:
+        """A copy with the workload overridden (None keeps the current value)."""
+        new = replace(
+            self,
+            batch_size=self.batch_size if batch_size is None else batch_size,
+            seq_length=self.seq_length if seq_length is None else seq_length,
+            dtype=self.dtype if dtype is None else dtype,
+        )
+        return validate_config(new)
+
+
+_INT_FIELDS = (
+    "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
+    "max_position_embeddings", "batch_size", "seq_length", "embedding_size", "num_labels",
+    "image_size",
+)
+
+
+def validate_config(cfg: ModelConfig) -> ModelConfig:
+    """Check the fields the graph builders rely on; errors name the field."""
+    if cfg.model_type not in FAMILIES:
+        raise InvalidInputError("model_type", cfg.model_type, f"one of {FAMILIES}")
+    for name in _INT_FIELDS:
+        check_positive_int(name, getattr(cfg, name))
+    if cfg.dtype not in DTYPE_BYTES:
+        raise InvalidInputError("dtype", cfg.dtype, f"one of {sorted(DTYPE_BYTES)}")
+    if cfg.model_type in TRANSFORMER_TYPES:
+        if cfg.hidden_size % cfg.num_attention_heads:
+            raise InvalidInputError(
+                "hidden_size", cfg.hidden_size,
+                f"divisible by num_attention_heads ({cfg.num_attention_heads})")
+        if cfg.num_attention_heads % cfg.kv_heads:
+            raise InvalidInputError(
+                "num_key_value_heads", cfg.num_key_value_heads,
+                f"a divisor of num_attention_heads ({cfg.num_attention_heads})")
+        if cfg.seq_length > cfg.max_position_embeddings and cfg.model_type in ("gpt2", "bert"):
+            raise InvalidInputError(
+                "seq_length", cfg.seq_length,
+                f"<= max_position_embeddings ({cfg.max_position_embeddings})")
+        if cfg.num_local_experts:
+            check_positive_int("num_experts_per_tok", cfg.num_experts_per_tok)
+            if cfg.num_experts_per_tok > cfg.num_local_experts:
+                raise InvalidInputError("num_experts_per_tok", cfg.num_experts_per_tok,
+                                        f"<= num_local_experts ({cfg.num_local_experts})")
+    if cfg.model_type == "resnet" and len(cfg.hidden_sizes) != len(cfg.depths):
+        raise InvalidInputError("depths", cfg.depths, "as many entries as hidden_sizes")
+    return cfg
+
+
+_ALIASES = {
+    "n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
+    "n_positions": "max_position_embeddings", "n_inner": "intermediate_size",
+    "torch_dtype": "dtype", "micro_batch_size": "batch_size", "seq_len": "seq_length",
+}
+
+
+def config_from_dict(data: dict[str, Any], *, name: str | None = None) -> ModelConfig:
+    """Build a validated config from an HF-style dict (GPT-2's n_embd etc. are understood)."""
+    if not isinstance(data, dict):
+        raise InvalidInputError("model config", type(data).__name__, "a JSON object")
+    raw = {_ALIASES.get(k, k): v for k, v in data.items()}
+    mtype = raw.get("model_type")
+    if mtype is None:
+        raise InvalidInputError("model_type", None, f"present, one of {FAMILIES}")
+    fields = {f for f in ModelConfig.__dataclass_fields__}
+    kwargs: dict[str, Any] = {k: v for k, v in raw.items() if k in fields and v is not None}
+    for key in ("hidden_sizes", "depths"):
+        if key in kwargs:
+            if not isinstance(kwargs[key], list):
+                raise InvalidInputError(key, kwargs[key], "a list of integers")
+            kwargs[key] = tuple(kwargs[key])
+    if isinstance(kwargs.get("intermediate_size"), bool):
+        raise InvalidInputError("intermediate_size", kwargs["intermediate_size"], "an integer")
+    kwargs["name"] = str(name or raw.get("name") or raw.get("_name_or_path") or mtype)
+    try:
+        cfg = ModelConfig(**kwargs)
+    except TypeError as err:
+        raise InvalidInputError("model config", str(err), "known fields") from None
+    for key in ("num_key_value_heads", "intermediate_size"):
+        value = getattr(cfg, key)
+        if value is not None:
+            check_positive_int(key, value)
+    if cfg.num_local_experts:
+        check_positive_int("num_local_experts", cfg.num_local_experts)
+    return validate_config(cfg)
+
+
+def load_config_file(path: str | Path) -> ModelConfig:
+    """Parse a config.json file (bounded size; plain JSON only, never code)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInputError("model", str(path), "a sample model name or an existing config.json")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise InvalidInputError("model config size", p.stat().st_size, f"<= {MAX_CONFIG_BYTES} bytes")
+    return config_from_text(p.read_bytes(), name=p.stem if p.stem != "config" else None)
+
+
+def config_from_text(text: str | bytes, *, name: str | None = None) -> ModelConfig:
+    """Parse config JSON text (e.g. an upload)."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise InvalidInputError("model config size", len(text), f"<= {MAX_CONFIG_BYTES} bytes")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InvalidInputError("model config JSON", str(err).split("\n")[0], "valid JSON") from None
+    return config_from_dict(data, name=name)

@@ -1,0 +1,22 @@
+"""Validate the TAPS cost model on a real run: an emulated multi-node cluster and calibration.
+
+The cluster is made of Linux network namespaces (one per node) joined by rate-shaped veth pairs
+to a bridge; torch.distributed gloo ranks run inside those namespaces. Calibration fits the
+alpha-beta ring formulas of the primer (alpha in seconds per step, beta in seconds per byte)
+for the same-node and the cross-node level and writes a topology JSON the engine loads.
+
+Modules, one job each:
+
+- :mod:`validation.names` -- names and addresses of the namespaces and veths.
+- :mod:`validation.preflight` -- is this machine able to build the cluster (root, ip, tc, torch)?
+- :mod:`validation.cluster` -- ``cluster up`` / ``cluster down`` / status.
+- :mod:`validation.launcher` and :mod:`validation.worker` -- run a function as gloo ranks.
+- :mod:`validation.rank_jobs` -- the functions the ranks run (timed, verified collectives).
+- :mod:`validation.formulas` -- ring alpha-beta formulas and a link-level prediction.
+- :mod:`validation.fit` -- medians of repeats and the least-squares alpha/beta fit.
+- :mod:`validation.calibrate` -- calibration run, topology JSON and raw measurements.
+- :mod:`validation.measure` -- measured vs predicted collective times.
+- :mod:`validation.cli` -- ``python -m validation ...``.
+"""
+
+from __future__ import annotations
