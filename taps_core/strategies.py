@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 from taps_core.graph import OpGraph, OpSpec
 
@@ -55,10 +56,18 @@ class Strategy:
     def level(self, level: str) -> LevelSplit:
         return self.inter if level == "inter" else self.intra
 
+    @cached_property
+    def _factors(self) -> dict[tuple[str, str | None], int]:
+        table: dict[tuple[str, str | None], int] = {}
+        for lv in LEVELS:
+            for ch, f in self.level(lv):
+                table[(ch, lv)] = table.get((ch, lv), 1) * f
+                table[(ch, None)] = table.get((ch, None), 1) * f
+        return table
+
     def factor(self, letter: str, level: str | None = None) -> int:
         """Ways ``letter`` is split on one level, or on both when ``level`` is None."""
-        levels = LEVELS if level is None else (level,)
-        return math.prod(f for lv in levels for ch, f in self.level(lv) if ch == letter)
+        return self._factors.get((letter, level), 1)
 
     def ways(self) -> int:
         """Number of distinct shards of the op's work (devices that do not duplicate)."""

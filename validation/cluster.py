@@ -11,6 +11,7 @@ only addresses are the IPv4 ones above.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -149,20 +150,16 @@ def _kill_namespace_processes(namespace: str, grace_s: float = 3.0) -> list[int]
     out = _run(["ip", "netns", "pids", namespace], check=False).stdout
     pids = [int(tok) for tok in out.split() if tok.isdigit() and int(tok) != os.getpid()]
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
     deadline = time.monotonic() + grace_s
     alive = list(pids)
     while alive and time.monotonic() < deadline:
         time.sleep(0.05)
         alive = [pid for pid in alive if _alive(pid)]
     for pid in alive:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     return pids
 
 

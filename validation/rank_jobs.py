@@ -109,7 +109,7 @@ def bench_collectives(
         handles.append(made)
     records: list[dict[str, Any]] = []
     checks: list[dict[str, Any]] = []
-    for sc, made in zip(scenarios, handles):
+    for sc, made in zip(scenarios, handles, strict=True):
         mine = next(((ranks, h) for ranks, h in made if ctx.rank in ranks), None)
         for kind in kinds:
             for size in sizes:

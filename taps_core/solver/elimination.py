@@ -12,6 +12,7 @@ Replaying the records backwards recovers every node's strategy.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -57,14 +58,26 @@ def _state(problem: CostGraph) -> _State:
 
 
 def min_plus(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``out[i, k] = min_j a[i, j] + mid[j] + b[j, k]`` and its argmin, chunked over i."""
+    """``out[i, k] = min_j a[i, j] + mid[j] + b[j, k]`` and its argmin j, chunked over i.
+
+    Selection edges (one finite entry per row or column) take O(n^2) shortcuts.
+    """
     n_i, n_j = a.shape
     n_k = b.shape[1]
-    single = np.isfinite(b).sum(axis=1)
-    if n_j and (single == 1).all():
+    if n_j == 0:
+        return np.full((n_i, n_k), np.inf), np.zeros((n_i, n_k), dtype=np.int32)
+    fin_a, fin_b = np.isfinite(a), np.isfinite(b)
+    if (fin_a.sum(axis=1) == 1).all():  # each i picks one j
+        j = fin_a.argmax(axis=1)
+        out = (a[np.arange(n_i), j] + mid[j])[:, None] + b[j]
+        return out, np.repeat(j[:, None].astype(np.int32), n_k, axis=1)
+    if (fin_b.sum(axis=0) == 1).all():  # each k is reached from one j
+        j = fin_b.argmax(axis=0)
+        out = a[:, j] + (mid[j] + b[j, np.arange(n_k)])[None, :]
+        return out, np.repeat(j[None, :].astype(np.int32), n_i, axis=0)
+    if (fin_b.sum(axis=1) == 1).all():  # each j maps to one k
         return _min_plus_select(a, mid, b)
-    single_a = np.isfinite(a).sum(axis=0)
-    if n_j and (single_a == 1).all():
+    if (fin_a.sum(axis=0) == 1).all():  # each j comes from one i
         out, arg = _min_plus_select(b.T, mid, a.T)
         return out.T, arg.T
     out = np.empty((n_i, n_k))
@@ -99,12 +112,30 @@ def _min_plus_select(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> tuple[np.
     return out, arg
 
 
+def _work(st: _State, v: str) -> float:
+    """Estimated cost of eliminating ``v`` now (inf if it has degree >= 3)."""
+    nbrs = st.adj[v]
+    if len(nbrs) > 2:
+        return np.inf
+    size = len(st.costs[v])
+    for u in nbrs:
+        size *= len(st.costs[u])
+    return float(size)
+
+
 def _eliminate(st: _State, keep: frozenset[str]) -> None:
-    """Apply reductions until only ``keep`` and nodes of degree >= 3 are left."""
-    work = [n for n in st.costs if n not in keep]
-    while work:
-        v = work.pop()
-        if v not in st.costs or v in keep:
+    """Apply reductions, cheapest first, until only ``keep`` and degree >= 3 nodes are left."""
+    heap = [(_work(st, n), i, n) for i, n in enumerate(st.costs) if n not in keep]
+    heapq.heapify(heap)
+    tick = len(heap)
+    while heap:
+        est, _, v = heapq.heappop(heap)
+        if v not in st.costs or not np.isfinite(est):
+            continue
+        now = _work(st, v)
+        if now != est:  # stale entry: requeue with the current estimate
+            tick += 1
+            heapq.heappush(heap, (now, tick, v))
             continue
         nbrs = list(st.adj[v])
         c_v = st.costs[v]
@@ -120,14 +151,16 @@ def _eliminate(st: _State, keep: frozenset[str]) -> None:
             st.costs[u] = st.costs[u] + val[arg, np.arange(val.shape[1])]
             st.records.append(("leaf", v, u, arg))
             st.remove(v)
-            work.append(u)
-        elif len(nbrs) == 2:
+        else:
             u, w = nbrs
             out, arg = min_plus(st.adj[v][u].T, c_v, st.adj[v][w])
             st.records.append(("series", v, u, w, arg))
             st.remove(v)
             st.add_edge(u, w, out)
-            work += [u, w]
+        for n in nbrs:
+            if n not in keep:
+                tick += 1
+                heapq.heappush(heap, (_work(st, n), tick, n))
 
 
 def _kept_table(st: _State, keep: tuple[str, ...]) -> np.ndarray:

@@ -1,0 +1,205 @@
+"""``python -m validation``: cluster up/down/status, calibrate, measure-collectives.
+
+Exit codes: 0 success; 1 a run failed (a command, a rank, a wrong result); 2 this machine
+cannot run it (not root, no ``ip``/``tc``, no torch) or bad arguments. Errors are one line on
+stderr (rank failures add their tracebacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from validation import cluster, preflight
+from validation.benchmark import CheckFailedError
+from validation.formulas import KINDS
+from validation.launcher import DEFAULT_TIMEOUT_S, LaunchError
+
+EXIT_FAILED = 1
+EXIT_UNSUPPORTED = 2
+UNITS = {"": 1, "B": 1, "K": 2**10, "KIB": 2**10, "M": 2**20, "MIB": 2**20, "G": 2**30,
+         "GIB": 2**30}
+
+
+def parse_size(text: str) -> int:
+    """``'64K'`` -> 65536, ``'8M'`` / ``'8MiB'`` -> 8388608, ``'4096'`` -> 4096 (bytes)."""
+    raw = text.strip().upper()
+    digits = raw.rstrip("BKMGI")
+    unit = raw[len(digits):]
+    if not digits.isdigit() or unit not in UNITS:
+        raise argparse.ArgumentTypeError(f"bad size {text!r}; use e.g. 4K, 64K, 1M, 32MiB")
+    value = int(digits) * UNITS[unit]
+    if value <= 0 or value % 1024:
+        raise argparse.ArgumentTypeError(f"size {text!r} must be a positive multiple of 1 KiB")
+    return value
+
+
+def parse_sizes(text: str) -> list[int]:
+    """Comma-separated :func:`parse_size` values, kept in order without duplicates."""
+    return list(dict.fromkeys(parse_size(part) for part in text.split(",") if part.strip()))
+
+
+def parse_kinds(text: str) -> list[str]:
+    """Comma-separated collective names from :data:`validation.formulas.KINDS`."""
+    kinds = [k.strip().replace("-", "_") for k in text.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(f"unknown kind(s) {bad}; choose from {', '.join(KINDS)}")
+    return kinds
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse tree of all subcommands."""
+    p = argparse.ArgumentParser(prog="python -m validation", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    cl = sub.add_parser("cluster", help="emulated multi-node cluster in network namespaces")
+    clsub = cl.add_subparsers(dest="action", required=True)
+    upp = clsub.add_parser("up", help="create taps-n* node namespaces joined by shaped veths")
+    upp.add_argument("--nodes", type=_positive_int, required=True)
+    upp.add_argument("--ranks-per-node", type=_positive_int, default=1)
+    upp.add_argument("--rate-mbit", type=_positive_float, default=cluster.DEFAULT_RATE_MBIT,
+                     help="htb rate of each node link, each direction, Mbit/s (default 200)")
+    clsub.add_parser("down", help="remove every taps- namespace and kill ranks left in them")
+    clsub.add_parser("status", help="print the namespaces and state as JSON")
+
+    def common(q: argparse.ArgumentParser, repeats: int) -> None:
+        q.add_argument("--nodes", type=_positive_int, default=2)
+        q.add_argument("--ranks-per-node", type=_positive_int, default=2)
+        q.add_argument("--rate-mbit", type=_positive_float, default=None,
+                       help="rate of a cluster brought up for this run (default 200 Mbit/s); "
+                            "an existing cluster is reused")
+        q.add_argument("--sizes", type=parse_sizes, default=None,
+                       help="comma-separated message sizes S, e.g. 4K,64K,1M,4M,8M,16M,32M")
+        q.add_argument("--repeats", type=_positive_int, default=repeats)
+        q.add_argument("--timeout-s", type=_positive_float, default=DEFAULT_TIMEOUT_S,
+                       help="bound on one launch of the ranks, seconds")
+        q.add_argument("--out", type=Path, required=True)
+
+    cal = sub.add_parser("calibrate", help="fit alpha/beta per level; write a topology JSON")
+    common(cal, repeats=5)
+    cal.add_argument("--kinds", type=parse_kinds, default=None,
+                     help="collectives to fit on (default all_reduce,all_gather,all_to_all)")
+
+    mea = sub.add_parser("measure-collectives", help="measured vs predicted collective times")
+    common(mea, repeats=5)
+    mea.add_argument("--kinds", type=parse_kinds, default=None,
+                     help=f"collectives to time (default {','.join(KINDS)})")
+    mea.add_argument("--scenarios", default=None,
+                     help="comma-separated subset of same-node,cross-node,world,"
+                          "cross-node-concurrent")
+    mea.add_argument("--calibration", type=Path, default=None,
+                     help="calibration measurements or topology JSON; default: calibrate first "
+                          "and write OUT-stem.topology.json next to OUT")
+    return p
+
+
+def _unsupported(reason: str) -> int:
+    print(f"validation: {reason}", file=sys.stderr)
+    return EXIT_UNSUPPORTED
+
+
+def _cmd_cluster(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        state = cluster.up(args.nodes, args.ranks_per_node, args.rate_mbit)
+        print(f"cluster up: {state.nodes} node(s) x {state.ranks_per_node} rank(s), "
+              f"{state.rate_mbit:g} Mbit/s per link each way; namespaces "
+              f"{', '.join(state.namespaces)}")
+    elif args.action == "down":
+        done = cluster.down()
+        print(f"cluster down: removed {len(done['namespaces'])} namespace(s), "
+              f"killed {len(done['killed'])} process(es)")
+    else:
+        print(json.dumps(cluster.status(), indent=1))
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from validation import calibrate, session
+
+    with session.ensure_cluster(args.nodes, args.ranks_per_node, args.rate_mbit) as state:
+        result = calibrate.run_calibration(
+            nodes=args.nodes, ranks_per_node=args.ranks_per_node, rate_mbit=state.rate_mbit,
+            sizes=args.sizes, kinds=args.kinds, repeats=args.repeats, timeout_s=args.timeout_s)
+    topo, raw = calibrate.write_outputs(args.out, result)
+    _print_fits(result)
+    print(f"wrote {topo} and {raw}")
+    return 0
+
+
+def _print_fits(result: dict[str, Any]) -> None:
+    for level, fit in result["fits"].items():
+        print(f"{level}: alpha {fit['alpha_s'] * 1e6:.1f} us, beta {fit['beta_s_per_byte']:.4g} "
+              f"s/B ({fit['bandwidth_Bps'] / 1e6:.2f} MB/s), rms fit error "
+              f"{100 * fit['rms_rel_error']:.1f}% over {fit['points']} points")
+
+
+def _cmd_measure(args: argparse.Namespace) -> int:
+    from validation import calibrate, measure, session
+    from validation.formulas import LevelParams
+
+    scenarios = [s.strip() for s in args.scenarios.split(",")] if args.scenarios else None
+    sizes = args.sizes or calibrate.DEFAULT_SIZES
+    with session.ensure_cluster(args.nodes, args.ranks_per_node, args.rate_mbit) as state:
+        if args.calibration is not None:
+            intra, inter, source = measure.load_levels(args.calibration)
+        else:
+            cal = calibrate.run_calibration(
+                nodes=args.nodes, ranks_per_node=args.ranks_per_node, rate_mbit=state.rate_mbit,
+                sizes=sizes, repeats=args.repeats, timeout_s=args.timeout_s)
+            topo_path = args.out.with_name(args.out.stem + ".topology.json")
+            _, raw = calibrate.write_outputs(topo_path, cal)
+            _print_fits(cal)
+            f = cal["fits"]
+            intra = LevelParams(f["intra"]["alpha_s"], f["intra"]["beta_s_per_byte"])
+            inter = LevelParams(f["inter"]["alpha_s"], f["inter"]["beta_s_per_byte"])
+            source = f"calibration measurements {raw.name} (same run)"
+        result = measure.run_measurement(
+            nodes=args.nodes, ranks_per_node=args.ranks_per_node, rate_mbit=state.rate_mbit,
+            intra=intra, inter=inter, calibration_source=source, sizes=sizes, kinds=args.kinds,
+            scenarios=scenarios, repeats=args.repeats, timeout_s=args.timeout_s)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(measure.format_table(result["rows"]))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv``, check the machine, run the command; return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already printed the message
+        return EXIT_UNSUPPORTED if exc.code else 0
+    reason = preflight.missing_tools()
+    if reason is None and args.command != "cluster":
+        reason = preflight.torch_missing()
+    if reason:
+        return _unsupported(reason)
+    try:
+        if args.command == "cluster":
+            return _cmd_cluster(args)
+        if args.command == "calibrate":
+            return _cmd_calibrate(args)
+        return _cmd_measure(args)
+    except (cluster.ClusterError, LaunchError, CheckFailedError, ValueError, OSError) as err:
+        print(f"validation: {err}", file=sys.stderr)
+        return EXIT_FAILED
