@@ -74,6 +74,9 @@ class LinkModel:
     def groups(self, level: str, q: int) -> list[list[int]]:
         """Rank lists (global GPU ranks, host-major) of every group of the pattern."""
         hosts, g = self.mesh_shape
+        size = g if level == "intra" else hosts
+        if q < 1 or size % q:
+            raise ValueError(f"group size {q} does not divide the {level} level ({size})")
         out = []
         if level == "intra":
             for h in range(hosts):

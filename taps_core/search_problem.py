@@ -88,8 +88,10 @@ def build_problem(
             if allow is not None:
                 strats = [s for s in strats if allow(graph, op, s)]
             if not strats:
-                raise InfeasibleError(f"op {op.name}: no strategy fits mesh {mesh.inter}x"
-                                      f"{mesh.intra} under the chosen plan rules")
+                sizes = ", ".join(f"{k}={v}" for k, v in graph.dim_sizes(op).items())
+                raise InfeasibleError(
+                    f"op {op.name}: no strategy splits its dims ({sizes}) over {mesh.inter} "
+                    f"nodes x {mesh.intra} GPUs under these plan rules")
             costs = [op_cost(graph, op, s, topology, mode) for s in strats]
             t = np.array([c.compute_s + sum(comm.seconds(p) for _, p in c.phases) for c in costs])
             m = np.array([c.memory.total for c in costs])

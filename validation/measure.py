@@ -2,16 +2,20 @@
 
 Scenarios (for N nodes x R ranks per node):
 
-- ``same-node``: node 0's R ranks (level intra);
+- ``same-node``: node 0's R ranks alone (level intra);
+- ``same-node-concurrent``: every node's R ranks at once (the 2 CPU cores are shared);
 - ``cross-node``: one rank per node (level inter);
-- ``world``: all N*R ranks in one ring, crossing the network twice per ring (mixed);
-- ``cross-node-concurrent``: R cross-node groups at once, sharing every node's link.
+- ``cross-node-concurrent``: R cross-node groups at once, sharing every node's link;
+- ``world``: all N*R ranks in one flat ring, crossing the network N times per ring (mixed).
 
 Predictions come from calibrated alpha/beta: ``predicted_s`` is the link-level model of
 :func:`validation.formulas.link_level_time_s` (bytes per link, shared links add up);
 ``predicted_ring_s`` is the per-group ring formula at the slowest level the group crosses
 (it ignores link sharing); ``predicted_shaped_s`` is the link-level model with the network at
-the shaped rate and zero network latency (what the tc settings alone promise).
+the shaped rate's TCP payload share (:data:`TCP_PAYLOAD_FRACTION`) and zero network latency,
+i.e. what the tc settings alone promise; ``engine_s`` is ``taps_core``'s own prediction on the
+calibrated topology where the engine can express the scenario (see
+:mod:`validation.engine_predict`), else None.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from validation.formulas import KINDS, LevelParams, link_level_time_s, ring_time
 from validation.launcher import DEFAULT_TIMEOUT_S
 
 RESULTS_FORMAT = "taps-validation-results/1"
+# htb counts whole Ethernet frames: 1448 B of TCP payload (with timestamps) per 1514 B frame
+TCP_PAYLOAD_FRACTION = 1448 / 1514
 
 
 def measure_scenarios(nodes: int, ranks_per_node: int) -> list[dict[str, Any]]:
@@ -34,13 +40,16 @@ def measure_scenarios(nodes: int, ranks_per_node: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if r >= 2:
         out.append({"name": "same-node", "level": "intra", "groups": [list(range(r))]})
+    if r >= 2 and n >= 2:
+        out.append({"name": "same-node-concurrent", "level": "intra",
+                    "groups": [[k * r + j for j in range(r)] for k in range(n)]})
     if n >= 2:
         out.append({"name": "cross-node", "level": "inter",
                     "groups": [[k * r for k in range(n)]]})
     if n >= 2 and r >= 2:
-        out.append({"name": "world", "level": "mixed", "groups": [list(range(n * r))]})
         out.append({"name": "cross-node-concurrent", "level": "inter",
                     "groups": [[k * r + j for k in range(n)] for j in range(r)]})
+        out.append({"name": "world", "level": "mixed", "groups": [list(range(n * r))]})
     return out
 
 
@@ -83,7 +92,7 @@ def predict(row: dict[str, Any], ranks_per_node: int, intra: LevelParams, inter:
                for g in groups)
     link = link_level_time_s(kind, groups, size, ranks_per_node, intra, inter)
     shaped = link_level_time_s(kind, groups, size, ranks_per_node, intra,
-                               LevelParams(0.0, 1.0 / shaped_Bps))
+                               LevelParams(0.0, 1.0 / (shaped_Bps * TCP_PAYLOAD_FRACTION)))
     return {"predicted_s": link, "predicted_ring_s": ring, "predicted_shaped_s": shaped}
 
 
@@ -112,6 +121,13 @@ def run_measurement(
             raise ValueError(f"unknown or impossible scenario(s) {sorted(unknown)} for "
                              f"{nodes} x {ranks_per_node}")
         chosen = [s for s in chosen if s["name"] in scenarios]
+    from validation.calibrate import build_topology
+    from validation.engine_predict import EnginePredictor
+
+    levels = {lv: {"alpha_s": p.alpha_s, "beta_s_per_byte": p.beta_s_per_byte,
+                   "bandwidth_Bps": p.bandwidth_Bps} for lv, p in (("intra", intra),
+                                                                   ("inter", inter))}
+    engine = EnginePredictor(build_topology(nodes, ranks_per_node, levels))
     started = time.time()
     bench = run_benchmark(nodes=nodes, ranks_per_node=ranks_per_node, scenarios=chosen,
                           kinds=kinds, sizes=sizes, repeats=repeats, timeout_s=timeout_s)
@@ -119,12 +135,14 @@ def run_measurement(
     rows = []
     for row in bench["rows"]:
         pred = predict(row, ranks_per_node, intra, inter, shaped_Bps)
+        engine_s = engine.seconds(row["scenario"], row["kind"], row["size_bytes"])
         measured = row["median_s"]
         rows.append({
-            **row, **pred,
-            "error_pct": 100.0 * (pred["predicted_s"] - measured) / measured,
-            "ring_error_pct": 100.0 * (pred["predicted_ring_s"] - measured) / measured,
-            "shaped_error_pct": 100.0 * (pred["predicted_shaped_s"] - measured) / measured,
+            **row, **pred, "engine_s": engine_s,
+            "error_pct": _err(pred["predicted_s"], measured),
+            "ring_error_pct": _err(pred["predicted_ring_s"], measured),
+            "shaped_error_pct": _err(pred["predicted_shaped_s"], measured),
+            "engine_error_pct": None if engine_s is None else _err(engine_s, measured),
         })
     order = {s["name"]: i for i, s in enumerate(chosen)}
     rows.sort(key=lambda r: (order[r["scenario"]], KINDS.index(r["kind"]), r["size_bytes"]))
@@ -137,27 +155,29 @@ def run_measurement(
             "started_unix_s": started, "duration_s": time.time() - started,
             "error_pct": "100 * (predicted - measured median) / measured median",
         },
-        "calibration": {
-            "source": calibration_source,
-            "intra": {"alpha_s": intra.alpha_s, "beta_s_per_byte": intra.beta_s_per_byte,
-                      "bandwidth_Bps": intra.bandwidth_Bps},
-            "inter": {"alpha_s": inter.alpha_s, "beta_s_per_byte": inter.beta_s_per_byte,
-                      "bandwidth_Bps": inter.bandwidth_Bps},
-        },
+        "calibration": {"source": calibration_source, **levels},
+        "engine": {"available": engine.error is None, "error": engine.error},
         "rows": rows,
         "checks_passed": len(bench["checks"]),
     }
 
 
+def _err(predicted: float, measured: float) -> float:
+    """Signed prediction error in percent of the measured time."""
+    return 100.0 * (predicted - measured) / measured
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
     """Plain-text table: scenario, kind, size, measured and predicted ms, error %."""
-    lines = [f"{'scenario':<22} {'kind':<15} {'size':>9} {'measured':>10} {'predicted':>10} "
-             f"{'err%':>7} {'spread%':>8}"]
+    lines = [f"{'scenario':<22} {'kind':<15} {'size':>7} {'measured':>10} {'predicted':>10} "
+             f"{'err%':>7} {'engine err%':>11} {'spread%':>8}"]
     for r in rows:
+        eng = r.get("engine_error_pct")
         lines.append(
-            f"{r['scenario']:<22} {r['kind']:<15} {human_bytes(r['size_bytes']):>9} "
+            f"{r['scenario']:<22} {r['kind']:<15} {human_bytes(r['size_bytes']):>7} "
             f"{r['median_s'] * 1e3:>8.2f}ms {r.get('predicted_s', float('nan')) * 1e3:>8.2f}ms "
-            f"{r.get('error_pct', float('nan')):>7.1f} {100 * r['spread']:>8.1f}"
+            f"{r.get('error_pct', float('nan')):>7.1f} {'-' if eng is None else f'{eng:.1f}':>11} "
+            f"{100 * r['spread']:>8.1f}"
         )
     return "\n".join(lines)
 

@@ -13,6 +13,13 @@ from typing import Any
 from validation.formulas import KINDS
 
 ELEMENT_BYTES = 4  # float32
+MIN_SAMPLE_BYTES = 2**20  # small messages are looped until one sample moves about this much
+MAX_INNER = 64
+
+
+def inner_loops(size_bytes: int) -> int:
+    """Back-to-back calls per timed sample: enough to amortise barrier skew on small messages."""
+    return max(1, min(MAX_INNER, -(-MIN_SAMPLE_BYTES // max(size_bytes, 1))))
 
 
 def _op(kind: str, dist: Any, group: Any, bufs: dict[str, Any]) -> None:
@@ -91,8 +98,9 @@ def bench_collectives(
     """Time every (scenario, kind, size) ``repeats`` times after ``warmup`` untimed runs.
 
     Returns ``{"records": [...], "checks": [...]}``: one record per timed run of this rank
-    (seconds, wall clock around the call) and, with ``verify``, one correctness check per
-    (scenario, kind, size) from the first warm-up run (values filled before, compared after).
+    (``seconds`` per call: wall clock around :func:`inner_loops` back-to-back calls, divided by
+    their number) and, with ``verify``, one correctness check per (scenario, kind, size) from
+    the first warm-up run (values filled before a single call, compared after).
     """
     import torch
     import torch.distributed as dist
@@ -125,18 +133,22 @@ def bench_collectives(
                     probe = verify and it == 0
                     if probe:
                         _fill(kind, bufs, ctx.rank, len(ranks), torch)
+                    loops = 1 if probe else inner_loops(size)
                     t0 = time.perf_counter()
-                    _op(kind, dist, handle, bufs)
-                    seconds = time.perf_counter() - t0
+                    for _ in range(loops):
+                        _op(kind, dist, handle, bufs)
+                    seconds = (time.perf_counter() - t0) / loops
                     if probe:
                         checks.append({"scenario": sc["name"], "kind": kind, "size_bytes": size,
                                        "rank": ctx.rank, "ok": _check(kind, bufs, me, ranks,
                                                                       torch)})
+                        bufs["inp"].zero_()  # repeated in-place all-reduces then stay finite
                     if it >= warmup:
                         records.append({
                             "scenario": sc["name"], "kind": kind, "size_bytes": size,
                             "p": len(ranks), "groups": [sorted(g) for g in sc["groups"]],
                             "repeat": it - warmup, "rank": ctx.rank, "seconds": seconds,
+                            "inner": loops,
                         })
     dist.barrier()
     return {"records": records, "checks": checks}

@@ -18,8 +18,13 @@ from taps_core.models.vision import build_mlp, build_resnet
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_models"
 
 __all__ = [
-    "ModelConfig", "SAMPLE_DIR", "build_graph", "config_from_dict", "config_from_text",
-    "load_model_config", "sample_names",
+    "SAMPLE_DIR",
+    "ModelConfig",
+    "build_graph",
+    "config_from_dict",
+    "config_from_text",
+    "load_model_config",
+    "sample_names",
 ]
 
 

@@ -99,17 +99,18 @@ def _moe(bld: _Builder, x: str, lay: int) -> str:
     C = max(1, B * S * top // E)  # tokens per expert at capacity factor 1
     p = f"L{lay}.moe"
     probs = _linear(bld, f"{p}.router", x, ("bsm", "me", "bse"), (M, E), (B, S, E), lay, None, False)
-    # the hidden width is not split across the token/expert reshuffle (fixed m)
-    xe = bld.op(f"{p}.dispatch", "moe_dispatch", "bsm,bse->ecm", (x, probs), (E, C, M), lay,
-                fixed=frozenset("m"))
+    # the hidden width is not split across the token/expert reshuffle (fixed m); the router's
+    # expert scores (x) are read whole by each token
+    xe = bld.op(f"{p}.dispatch", "moe_dispatch", "bsm,bsx->ecm", (x, probs), (E, C, M), lay,
+                fixed=frozenset("mx"))
     gate = _linear(bld, f"{p}.gate", xe, ("ecm", "emf", "ecf"), (E, M, F), (E, C, F), lay, "column",
                    False)
     up = _linear(bld, f"{p}.up", xe, ("ecm", "emf", "ecf"), (E, M, F), (E, C, F), lay, "column", False)
     act = bld.op(f"{p}.swiglu", "elementwise", "ecf,ecf->ecf", (gate, up), (E, C, F), lay)
     down = _linear(bld, f"{p}.down", act, ("ecf", "efm", "ecm"), (E, F, M), (E, C, M), lay, "row",
                    False)
-    return bld.op(f"{p}.combine", "moe_combine", "ecm,bse->bsm", (down, probs), (B, S, M), lay,
-                  fixed=frozenset("m"))
+    return bld.op(f"{p}.combine", "moe_combine", "ecm,bsx->bsm", (down, probs), (B, S, M), lay,
+                  fixed=frozenset("mx"))
 
 
 def build_transformer(cfg: ModelConfig) -> OpGraph:

@@ -1,0 +1,182 @@
+"""Plan reports: the stable JSON documented in the README, plain-text tables, plan in words."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from typing import Any
+
+from taps_core.plan import OpPlan, Plan
+from taps_core.planner import NotFitting
+from taps_core.strategies import Strategy
+
+LETTER_NAMES = {
+    "b": "batch", "s": "sequence", "m": "hidden", "n": "heads", "f": "FFN", "v": "vocab",
+    "e": "experts", "c": "expert tokens", "k": "channels", "l": "classes", "t": "key sequence",
+}
+
+
+def plan_to_json(plan: Plan) -> dict[str, Any]:
+    """The stable plan JSON (units in field names: seconds, bytes, bytes/s)."""
+    return {
+        "label": plan.label,
+        "model": {"name": plan.model_name, "parameters": plan.parameters},
+        "topology": {"name": plan.topology_name, "nodes": plan.nodes,
+                     "gpus_per_node": plan.gpus_per_node},
+        "mode": plan.mode,
+        "cost_model": plan.cost_model,
+        "totals": {
+            "comm_time_s": plan.comm_time_s,
+            "compute_time_s": plan.compute_time_s,
+            "total_time_s": plan.total_time_s,
+            "comm_bytes": plan.comm_bytes,
+            "intra_node_bytes": plan.intra_node_bytes,
+            "inter_node_bytes": plan.inter_node_bytes,
+            "memory_per_device_bytes": plan.memory.total,
+            "memory_limit_bytes": plan.memory_limit_bytes,
+            "memory_breakdown_bytes": {
+                "parameters": plan.memory.parameters, "gradients": plan.memory.gradients,
+                "optimizer": plan.memory.optimizer, "activations": plan.memory.activations,
+            },
+        },
+        "ops": [
+            {"name": op.name, "kind": op.kind, "layer": op.layer,
+             "strategy": strategy_to_json(op.strategy), "sharding": sharding_class(op),
+             "compute_time_s": op.compute_s, "comm_time_s": op.comm_time_s,
+             "comm_bytes": op.comm_bytes}
+            for op in plan.ops
+        ],
+        "links": [
+            {"src": k.src, "dst": k.dst, "kind": k.kind, "bandwidth_Bps": k.bandwidth_Bps,
+             "bytes": k.bytes, "busy_time_s": k.busy_time_s}
+            for k in plan.links
+        ],
+        "search": {"algorithm": plan.search.algorithm, "time_s": plan.search.time_s,
+                   "num_strategies": plan.search.num_strategies, "status": plan.search.status,
+                   "lower_bound_s": plan.search.lower_bound_s, "note": plan.search.note},
+        "summary": describe(plan),
+    }
+
+
+def compare_to_json(plans: dict[str, Plan | NotFitting]) -> dict[str, Any]:
+    """``{"plans": {label: plan JSON | {"fits": false, "reason": ...}}}``."""
+    return {"plans": {
+        label: ({"fits": False, "reason": p.reason} if isinstance(p, NotFitting)
+                else {"fits": True, **plan_to_json(p)})
+        for label, p in plans.items()
+    }}
+
+
+def strategy_to_json(s: Strategy) -> dict[str, dict[str, int]]:
+    return {"inter": dict(s.inter), "intra": dict(s.intra)}
+
+
+SHARDING_CLASSES = ("replicated", "data parallel", "column", "row", "2-D", "expert", "sequence")
+
+
+def sharding_class(op: OpPlan) -> str:
+    """Colour class of an op's strategy (one of :data:`SHARDING_CLASSES`) for graph legends.
+
+    Batch-like letters (batch, expert tokens) make data parallelism; one other split letter is
+    ``row`` when the op contracts over it (partial sums) and ``column`` otherwise.
+    """
+    s = op.strategy
+    letters = {ch for ch, _ in (*s.inter, *s.intra)}
+    if not letters:
+        return "replicated"
+    if "e" in letters:
+        return "expert"
+    model = letters - {"b", "c"}
+    if not model:
+        return "data parallel"
+    if model == {"s"}:
+        return "sequence"
+    if len(model) >= 2:
+        return "2-D"
+    inputs, output = op.einsum.split("->")
+    contracted = set(inputs.replace(",", "")) - set(output)
+    return "row" if model <= contracted else "column"
+
+
+def strategy_words(s: Strategy) -> str:
+    """``heads 8 ways inside nodes, batch 4 ways across nodes`` (or ``replicated``)."""
+    parts = [f"{LETTER_NAMES.get(ch, ch)} {f} ways inside nodes" for ch, f in s.intra]
+    parts += [f"{LETTER_NAMES.get(ch, ch)} {f} ways across nodes" for ch, f in s.inter]
+    return ", ".join(parts) or "replicated"
+
+
+def describe(plan: Plan) -> str:
+    """The plan in words: the strategies that carry most of the compute."""
+    weight: Counter[str] = Counter()
+    for op in plan.ops:
+        weight[strategy_words(op.strategy)] += op.compute_s
+    total = sum(weight.values()) or 1.0
+    top = [f"{words} ({100 * w / total:.0f}% of compute)" for words, w in weight.most_common(2)]
+    return "; ".join(top)
+
+
+def links_csv(plan: Plan) -> str:
+    """Per-link traffic as CSV text."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["src", "dst", "kind", "bandwidth_Bps", "bytes", "busy_time_s"])
+    for k in sorted(plan.links, key=lambda k: -k.bytes):
+        w.writerow([k.src, k.dst, k.kind, k.bandwidth_Bps, k.bytes, k.busy_time_s])
+    return buf.getvalue()
+
+
+def fmt_seconds(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3g} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} µs"
+
+
+def fmt_bytes(b: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(b) >= size:
+            return f"{b / size:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def plan_table(plan: Plan, *, max_ops: int = 40) -> str:
+    """Compact human-readable table of a plan."""
+    lines = [
+        f"{plan.label}: {plan.model_name} ({plan.parameters / 1e9:.3g}B params) on "
+        f"{plan.topology_name} ({plan.nodes}x{plan.gpus_per_node} GPUs), {plan.mode}, "
+        f"searched with the {plan.cost_model} cost model",
+        f"  step time {fmt_seconds(plan.total_time_s)} = compute {fmt_seconds(plan.compute_time_s)}"
+        f" + communication {fmt_seconds(plan.comm_time_s)}",
+        f"  bytes sent: intra-node {fmt_bytes(plan.intra_node_bytes)}, inter-node "
+        f"{fmt_bytes(plan.inter_node_bytes)}; memory/device {plan.memory.total / 2**30:.1f} GiB "
+        f"of {plan.memory_limit_bytes / 2**30:.0f} GiB",
+        f"  search: {plan.search.algorithm}, {fmt_seconds(plan.search.time_s)}, "
+        f"{plan.search.num_strategies} strategies, {plan.search.status}",
+        f"  plan: {describe(plan)}",
+        "",
+        f"  {'op':<22} {'kind':<12} {'strategy':<30} {'compute':>10} {'comm':>10}",
+    ]
+    shown = _collapse_layers(plan)
+    for op, count in shown[:max_ops]:
+        name = op.name if count == 1 else f"{op.name} (x{count})"
+        lines.append(f"  {name:<22} {op.kind:<12} {op.strategy.label():<30} "
+                     f"{fmt_seconds(op.compute_s):>10} {fmt_seconds(op.comm_time_s):>10}")
+    if len(shown) > max_ops:
+        lines.append(f"  ... {len(shown) - max_ops} more")
+    return "\n".join(lines)
+
+
+def _collapse_layers(plan: Plan) -> list[tuple[OpPlan, int]]:
+    """Ops with identical layer-relative name and strategy across layers, shown once x count."""
+    seen: dict[tuple[str, str], list[Any]] = {}
+    order: list[tuple[str, str]] = []
+    for op in plan.ops:
+        base = op.name.split(".", 1)[1] if op.layer is not None and "." in op.name else op.name
+        key = (base if op.layer is not None else op.name, op.strategy.label())
+        if key not in seen:
+            seen[key] = [op, 0]
+            order.append(key)
+        seen[key][1] += 1
+    return [(seen[k][0], seen[k][1]) for k in order]
