@@ -24,7 +24,7 @@ from taps_core.linkmodel import LinkModel
 from taps_core.plan import Plan, SearchInfo, evaluate
 from taps_core.search_problem import SearchProblem, StrategyFilter, build_problem
 from taps_core.solver.problem import Solution
-from taps_core.strategies import SearchSpace, Strategy
+from taps_core.strategies import Mesh, SearchSpace, Strategy, op_strategies
 from taps_core.topology import Topology
 
 COST_MODELS = ("topology", "volume")
@@ -88,6 +88,26 @@ def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Soluti
     return best, info
 
 
+def check_workload(graph: OpGraph, topology: Topology, space: SearchSpace = SearchSpace()) -> None:
+    """Reject workloads the cluster cannot run sensibly, naming the field to change.
+
+    The global batch must split evenly over the nodes (data parallelism across nodes is what
+    every baseline assumes), and the model's largest op must be splittable over every GPU.
+    """
+    cfg = graph.meta.get("config")
+    batch = getattr(cfg, "batch_size", None)
+    if batch is not None and batch % topology.nodes:
+        raise InvalidInputError(
+            "batch_size", batch, f"a multiple of the {topology.nodes} nodes of {topology.name}")
+    heaviest = max(graph.ops, key=graph.flops)
+    mesh = Mesh(topology.nodes, topology.gpus_per_node)
+    if not any(s.ways() == mesh.devices for s in op_strategies(graph, heaviest, mesh, space)):
+        raise InvalidInputError(
+            "topology", f"{topology.name} ({mesh.devices} GPUs)",
+            f"a cluster the model can use: its largest op {heaviest.name} cannot be split over "
+            f"{mesh.devices} GPUs; use fewer GPUs or a larger batch")
+
+
 def search(
     graph: OpGraph, topology: Topology, *, mode: str = "train", cost_model: str = "topology",
     memory_limit_bytes: float | None = None, space: SearchSpace = SearchSpace(),
@@ -101,6 +121,7 @@ def search(
         raise InvalidInputError("mode", mode, f"one of {MODES}")
     if cost_model not in COST_MODELS:
         raise InvalidInputError("cost_model", cost_model, f"one of {COST_MODELS}")
+    check_workload(graph, topology, space)
     links = links or LinkModel(topology)
     limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     if limit <= 0:

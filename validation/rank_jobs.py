@@ -152,3 +152,18 @@ def bench_collectives(
                         })
     dist.barrier()
     return {"records": records, "checks": checks}
+
+
+def whereami(ctx: Any) -> dict[str, Any]:
+    """Launcher self-check: this rank's node, socket interface and network-namespace inode."""
+    import os
+
+    return {"rank": ctx.rank, "node": ctx.node, "ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
+            "netns_inode": os.stat("/proc/self/ns/net").st_ino}
+
+
+def stall(ctx: Any, *, seconds: float, fail_rank: int | None = None) -> None:
+    """Launcher self-check: rank ``fail_rank`` raises at once, the others sleep ``seconds``."""
+    if ctx.rank == fail_rank:
+        raise RuntimeError(f"rank {ctx.rank} failed on purpose")
+    time.sleep(min(seconds, 600.0))

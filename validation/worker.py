@@ -66,6 +66,9 @@ def run(run_dir: Path, rank: int) -> None:
         ctx = RankContext(rank, spec["world_size"], spec["ranks_per_node"])
         result = resolve(spec["fn"])(ctx, **spec["kwargs"])
         _write_atomic(run_dir / f"result-{rank}.json", json.dumps(result))
+        # nobody leaves before everyone is done: an early exit would break peers still
+        # connecting or communicating (a failed rank skips this and the launcher kills the rest)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

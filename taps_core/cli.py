@@ -1,0 +1,163 @@
+"""Command line: ``python -m taps_core {models,topologies,plan,compare,solve-graph}``.
+
+Bad input prints one line naming the field and exits with code 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
+from taps_core.graph import OpGraph
+from taps_core.models import build_graph, load_model_config, sample_names
+from taps_core.models.config import DTYPE_BYTES
+from taps_core.planner import COST_MODELS, NotFitting, compare, reduction, search
+from taps_core.presets import PRESETS
+from taps_core.report import compare_to_json, fmt_bytes, fmt_seconds, plan_table, plan_to_json
+from taps_core.solver import load_problem, solve
+from taps_core.topology import Topology
+from taps_core.topology_io import load_topology
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors in one line with exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InvalidInputError("arguments", message, "valid options (see --help)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m taps_core", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("models", help="list sample models with their parameter counts")
+    sub.add_parser("topologies", help="list topology presets")
+    for name in ("plan", "compare"):
+        q = sub.add_parser(name, help=f"{name} a model on a topology")
+        q.add_argument("model", help=f"sample name ({', '.join(sample_names())}) or config.json")
+        q.add_argument("--topology", required=True, help="preset like dgx-a100:2 or a JSON path")
+        if name == "plan":
+            q.add_argument("--cost-model", default="topology", choices=COST_MODELS)
+        q.add_argument("--mode", default="train", choices=("train", "infer"))
+        q.add_argument("--batch", type=int, help="global batch size (samples)")
+        q.add_argument("--seq", type=int, help="sequence length (tokens)")
+        q.add_argument("--dtype", choices=sorted(DTYPE_BYTES))
+        q.add_argument("--memory-limit", type=float, metavar="GB",
+                       help="memory per device in GiB (default: the GPU's memory)")
+        q.add_argument("--json", metavar="PATH|-", help="write the JSON report ('-' = stdout)")
+    s = sub.add_parser("solve-graph", help="solve a generic pairwise cost problem (JSON file)")
+    s.add_argument("file")
+    return p
+
+
+def _workload(args: argparse.Namespace) -> tuple[OpGraph, Topology]:
+    cfg = load_model_config(args.model).with_workload(
+        batch_size=args.batch, seq_length=args.seq, dtype=args.dtype)
+    topo = load_topology(args.topology)
+    return build_graph(cfg), topo
+
+
+def _limit(args: argparse.Namespace) -> float | None:
+    if args.memory_limit is None:
+        return None
+    if not args.memory_limit > 0:
+        raise InvalidInputError("--memory-limit", args.memory_limit, "> 0 (GiB)")
+    return args.memory_limit * 2**30
+
+
+def _emit(data: dict[str, Any], target: str | None) -> bool:
+    """Write JSON to a path or stdout; True when stdout was used (skip the table)."""
+    if target is None:
+        return False
+    text = json.dumps(data, indent=1)
+    if target == "-":
+        print(text)
+        return True
+    Path(target).write_text(text + "\n")
+    return False
+
+
+def _models() -> None:
+    print(f"{'model':<16} {'family':<8} {'parameters':>12} {'layers':>6}  workload")
+    for name in sample_names():
+        cfg = load_model_config(name)
+        g = build_graph(cfg)
+        work = f"batch {cfg.batch_size}" + (
+            f", seq {cfg.seq_length}" if cfg.model_type != "resnet" else "")
+        print(f"{name:<16} {cfg.model_type:<8} {g.num_parameters / 1e6:>11.1f}M "
+              f"{g.num_layers:>6}  {work}, {cfg.dtype}")
+
+
+def _topologies() -> None:
+    for name, (_, desc) in PRESETS.items():
+        print(f"{name + ':N':<14} {desc}")
+
+
+def _compare_table(plans: dict[str, Any]) -> str:
+    lines = [f"{'plan':<14} {'step time':>10} {'comm':>10} {'intra-node':>11} "
+             f"{'inter-node':>11} {'mem/dev':>9}"]
+    taps = plans.get("taps")
+    for label, p in plans.items():
+        if isinstance(p, NotFitting):
+            lines.append(f"{label:<14} does not fit: {p.reason}")
+            continue
+        lines.append(f"{label:<14} {fmt_seconds(p.total_time_s):>10} {fmt_seconds(p.comm_time_s):>10}"
+                     f" {fmt_bytes(p.intra_node_bytes):>11} {fmt_bytes(p.inter_node_bytes):>11}"
+                     f" {p.memory.total / 2**30:>7.1f}Gi")
+    other = plans.get("volume")
+    if taps is not None and not isinstance(taps, NotFitting) and other is not None \
+            and not isinstance(other, NotFitting):
+        lines.append(f"TAPS communication is {100 * reduction(taps, other):.0f}% below the "
+                     "volume-based plan's")
+    return "\n".join(lines)
+
+
+def run(argv: list[str]) -> int:
+    """Run the CLI; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.command == "models":
+        _models()
+    elif args.command == "topologies":
+        _topologies()
+    elif args.command == "plan":
+        graph, topo = _workload(args)
+        plan = search(graph, topo, mode=args.mode, cost_model=args.cost_model,
+                      memory_limit_bytes=_limit(args))
+        if not _emit(plan_to_json(plan), args.json):
+            print(plan_table(plan))
+    elif args.command == "compare":
+        graph, topo = _workload(args)
+        plans = compare(graph, topo, mode=args.mode, memory_limit_bytes=_limit(args))
+        if not _emit(compare_to_json(plans), args.json):
+            print(_compare_table(plans))
+    else:
+        path = Path(args.file)
+        if not path.is_file():
+            raise InvalidInputError("FILE", args.file, "an existing problem JSON file")
+        problem = load_problem(path.read_bytes())
+        start = time.perf_counter()
+        sol = solve(problem)
+        print(json.dumps({"strategies": sol.strategies, "cost": sol.cost,
+                          "time_s": time.perf_counter() - start}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: one-line errors, exit 2 on bad input, 1 when nothing fits."""
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except InvalidInputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except InfeasibleError as err:
+        print(f"no plan: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TapsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,151 @@
+"""The elimination DP is exact: equal to brute force and to the ILP on many small graphs."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from taps_core.errors import InvalidInputError
+from taps_core.layered import min_plus_power
+from taps_core.solver import CostGraph, brute_force, ilp, min_plus, problem_from_json, reduce_to, solve
+
+
+def _problem(graph: nx.Graph, rng: np.random.Generator, *, max_s: int = 3,
+             forbid: float = 0.0) -> CostGraph:
+    costs = {str(n): rng.random(int(rng.integers(1, max_s + 1))) for n in graph.nodes}
+    edges = []
+    for u, v in graph.edges:
+        m = rng.random((len(costs[str(u)]), len(costs[str(v)])))
+        if forbid:
+            m[rng.random(m.shape) < forbid] = np.inf
+        edges.append((str(u), str(v), m))
+    return CostGraph(costs, tuple(edges))
+
+
+def _check(p: CostGraph) -> None:
+    got, want = solve(p), brute_force(p)
+    if np.isinf(want.cost):
+        assert np.isinf(got.cost)
+        return
+    assert got.cost == pytest.approx(want.cost, rel=1e-12)
+    assert p.total(got.strategies) == pytest.approx(got.cost, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_random_trees_match_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    tree = nx.random_labeled_tree(int(rng.integers(1, 9)), seed=seed)
+    _check(_problem(tree, rng))
+
+
+def _series_parallel(rng: np.random.Generator, size: int) -> nx.Graph:
+    g = nx.Graph([(0, 1)])
+    nxt = 2
+    for _ in range(size):
+        u, v = list(g.edges)[int(rng.integers(len(g.edges)))]
+        if rng.random() < 0.5:  # series: subdivide the edge
+            g.remove_edge(u, v)
+            g.add_edges_from([(u, nxt), (nxt, v)])
+        else:  # parallel: a new path beside it
+            g.add_edges_from([(u, nxt), (nxt, v)])
+        nxt += 1
+    return g
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_series_parallel_graphs_match_brute_force(seed):
+    rng = np.random.default_rng(100 + seed)
+    _check(_problem(_series_parallel(rng, int(rng.integers(1, 6))), rng, forbid=0.2))
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_graphs_with_cycles_and_knots_match_brute_force(seed):
+    rng = np.random.default_rng(200 + seed)
+    g = nx.gnp_random_graph(int(rng.integers(4, 8)), 0.7, seed=seed)
+    _check(_problem(g, rng, forbid=0.1))
+
+
+def test_complete_graph_needs_branching():
+    rng = np.random.default_rng(7)
+    p = _problem(nx.complete_graph(5), rng)
+    sol = solve(p)
+    assert sol.stats["branches"] > 0
+    assert sol.cost == pytest.approx(brute_force(p).cost, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 7), st.floats(0.0, 1.0), st.integers(0, 10_000))
+def test_property_dp_equals_ilp(n, density, seed):
+    rng = np.random.default_rng(seed)
+    p = _problem(nx.gnp_random_graph(n, density, seed=seed), rng)
+    assert solve(p).cost == pytest.approx(ilp(p).cost, rel=1e-9)
+
+
+def test_reduce_to_gives_conditional_optimum():
+    rng = np.random.default_rng(3)
+    g = nx.cycle_graph(6)
+    g.add_edge(0, 3)
+    p = _problem(g, rng)
+    table, recover = reduce_to(p, ("0", "3"))
+    for a in range(len(p.node_costs["0"])):
+        for c in range(len(p.node_costs["3"])):
+            fixed = {**p.node_costs}
+            fixed["0"] = np.where(np.arange(len(fixed["0"])) == a, fixed["0"], np.inf)
+            fixed["3"] = np.where(np.arange(len(fixed["3"])) == c, fixed["3"], np.inf)
+            want = brute_force(CostGraph(fixed, p.edges)).cost
+            assert table[a, c] == pytest.approx(want, rel=1e-12)
+            assert p.total(recover((a, c))) == pytest.approx(want, rel=1e-12)
+
+
+def test_min_plus_and_power_match_naive():
+    rng = np.random.default_rng(5)
+    a, mid, b = rng.random((4, 5)), rng.random(5), rng.random((5, 3))
+    out, arg = min_plus(a, mid, b)
+    naive = (a[:, :, None] + mid[None, :, None] + b[None, :, :]).min(axis=1)
+    assert np.allclose(out, naive)
+    assert np.allclose(a[np.arange(4)[:, None], arg] + mid[arg] + b[arg, np.arange(3)], out)
+    m = rng.random((4, 4))
+    naive_pow = m
+    for _ in range(6):
+        naive_pow = (naive_pow[:, :, None] + m[None, :, :]).min(axis=1)
+    assert np.allclose(min_plus_power(m, 7), naive_pow)
+
+
+def test_selection_fast_paths_match_dense():
+    rng = np.random.default_rng(9)
+    a = rng.random((6, 5))
+    b = np.full((5, 4), np.inf)
+    b[np.arange(5), rng.integers(0, 4, 5)] = rng.random(5)
+    mid = rng.random(5)
+    out, _ = min_plus(a, mid, b)
+    dense = (a[:, :, None] + mid[None, :, None] + b[None, :, :]).min(axis=1)
+    assert np.array_equal(np.isinf(out), np.isinf(dense))
+    assert np.allclose(out[np.isfinite(out)], dense[np.isfinite(dense)])
+    out_t, _ = min_plus(b.T, mid, a.T)
+    assert np.allclose(np.nan_to_num(out_t.T, posinf=9), np.nan_to_num(dense, posinf=9))
+
+
+def test_issue_example_problem():
+    p = problem_from_json({"nodes": [{"name": "a", "costs": [1.0, 2.0]},
+                                     {"name": "b", "costs": [0.0, 0.0]}],
+                           "edges": [{"src": "a", "dst": "b", "costs": [[0, 3], [3, 0]]}]})
+    sol = solve(p)
+    assert sol.strategies == {"a": 0, "b": 0}
+    assert sol.cost == 1.0
+
+
+@pytest.mark.parametrize("bad, field", [
+    ({"nodes": 3}, "problem"),
+    ({"nodes": [{"name": "a"}]}, "nodes[0]"),
+    ({"nodes": [{"name": "a", "costs": []}]}, "nodes[0].costs"),
+    ({"nodes": [{"name": "a", "costs": [1]}],
+      "edges": [{"src": "a", "dst": "z", "costs": [[1]]}]}, "edges[a->z]"),
+    ({"nodes": [{"name": "a", "costs": [1]}, {"name": "b", "costs": [1, 2]}],
+      "edges": [{"src": "a", "dst": "b", "costs": [[1]]}]}, "edges[a->b].costs"),
+])
+def test_bad_problems_name_the_field(bad, field):
+    with pytest.raises(InvalidInputError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        problem_from_json(bad)
