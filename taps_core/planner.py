@@ -41,39 +41,38 @@ class NotFitting:
     reason: str
 
 
-def _totals(problem: SearchProblem, sol: Solution) -> tuple[float, float]:
-    """(search cost in seconds, memory per device in bytes) of a solution."""
-    t = sum(float(problem.time[n][i]) for n, i in sol.strategies.items())
+def _totals(problem: SearchProblem, sol: Solution, weight: float) -> tuple[float, float]:
+    """(search cost in seconds, memory per device in bytes) of a solution found at ``weight``."""
     m = sum(float(problem.memory[n][i]) for n, i in sol.strategies.items())
-    return t, m
+    return sol.cost - weight * m, m
 
 
 def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Solution, SearchInfo]:
     """Solve exactly, then bisect the memory weight if the optimum does not fit."""
     start = time.perf_counter()
     sol = solve_problem(problem, 0.0)
-    t0, m0 = _totals(problem, sol)
+    _, m0 = _totals(problem, sol, 0.0)
     algorithm = "dp-layered" if sol.stats.get("layered") else "dp-elimination"
     count = sum(len(v) for v in problem.time.values())
     if m0 <= limit:
         return sol, SearchInfo(algorithm, time.perf_counter() - start, count, "optimal")
     lo, hi = 0.0, 1e-12  # seconds per byte: 1 GiB weighs ~1 ms at the start
     sol_hi = solve_problem(problem, hi)
-    while _totals(problem, sol_hi)[1] > limit and hi < 1e3:
+    while _totals(problem, sol_hi, hi)[1] > limit and hi < 1e3:
         lo, hi = hi, hi * 100
         sol_hi = solve_problem(problem, hi)
-    m_hi = _totals(problem, sol_hi)[1]
+    m_hi = _totals(problem, sol_hi, hi)[1]
     if m_hi > limit:
         raise InfeasibleError(
-            f"memory: the leanest plan needs {m_hi / GiB:.1f} GiB per device for {mode}, over "
-            f"the {limit / GiB:.1f} GiB limit; use more GPUs, a smaller batch or inference")
-    best, best_t = sol_hi, _totals(problem, sol_hi)[0]
+            f"memory: the leanest plan needs {m_hi / GiB:.3g} GiB per device for {mode}, over "
+            f"the {limit / GiB:.3g} GiB limit; use more GPUs, a smaller batch or inference")
+    best, best_t = sol_hi, _totals(problem, sol_hi, hi)[0]
     bound = max(sol.cost, sol_hi.cost - hi * limit)
     lo = lo or hi * 1e-4
     for _ in range(BISECTION_STEPS):
         mid = math.sqrt(lo * hi)  # bisect in log space
         cand = solve_problem(problem, mid)
-        t, m = _totals(problem, cand)
+        t, m = _totals(problem, cand, mid)
         bound = max(bound, cand.cost - mid * limit)
         if m <= limit:
             hi = mid
