@@ -15,7 +15,18 @@ from taps_core.topology import Topology, build_cluster
 from taps_core.topology_io import load_topology
 
 __all__ = [
-    "InfeasibleError", "InvalidInputError", "NotFitting", "Plan", "TapsError", "Topology",
-    "build_cluster", "build_graph", "compare", "load_model_config", "load_topology", "preset",
-    "sample_names", "search",
+    "InfeasibleError",
+    "InvalidInputError",
+    "NotFitting",
+    "Plan",
+    "TapsError",
+    "Topology",
+    "build_cluster",
+    "build_graph",
+    "compare",
+    "load_model_config",
+    "load_topology",
+    "preset",
+    "sample_names",
+    "search",
 ]

@@ -48,8 +48,12 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--batch", type=int, help="global batch size (samples)")
         q.add_argument("--seq", type=int, help="sequence length (tokens)")
         q.add_argument("--dtype", choices=sorted(DTYPE_BYTES))
-        q.add_argument("--memory-limit", type=float, metavar="GB",
-                       help="memory per device in GiB (default: the GPU's memory)")
+        q.add_argument(
+            "--memory-limit",
+            type=float,
+            metavar="GB",
+            help="memory per device in GiB (default: the GPU's memory)",
+        )
         q.add_argument("--json", metavar="PATH|-", help="write the JSON report ('-' = stdout)")
     s = sub.add_parser("solve-graph", help="solve a generic pairwise cost problem (JSON file)")
     s.add_argument("file")
@@ -58,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _workload(args: argparse.Namespace) -> tuple[OpGraph, Topology]:
     cfg = load_model_config(args.model).with_workload(
-        batch_size=args.batch, seq_length=args.seq, dtype=args.dtype)
+        batch_size=args.batch, seq_length=args.seq, dtype=args.dtype
+    )
     topo = load_topology(args.topology)
     return build_graph(cfg), topo
 
@@ -89,9 +94,12 @@ def _models() -> None:
         cfg = load_model_config(name)
         g = build_graph(cfg)
         work = f"batch {cfg.batch_size}" + (
-            f", seq {cfg.seq_length}" if cfg.model_type != "resnet" else "")
-        print(f"{name:<16} {cfg.model_type:<8} {g.num_parameters / 1e6:>11.1f}M "
-              f"{g.num_layers:>6}  {work}, {cfg.dtype}")
+            f", seq {cfg.seq_length}" if cfg.model_type != "resnet" else ""
+        )
+        print(
+            f"{name:<16} {cfg.model_type:<8} {g.num_parameters / 1e6:>11.1f}M "
+            f"{g.num_layers:>6}  {work}, {cfg.dtype}"
+        )
 
 
 def _topologies() -> None:
@@ -100,21 +108,31 @@ def _topologies() -> None:
 
 
 def _compare_table(plans: dict[str, Any]) -> str:
-    lines = [f"{'plan':<14} {'step time':>10} {'comm':>10} {'intra-node':>11} "
-             f"{'inter-node':>11} {'mem/dev':>9}"]
+    lines = [
+        f"{'plan':<14} {'step time':>10} {'comm':>10} {'intra-node':>11} "
+        f"{'inter-node':>11} {'mem/dev':>9}"
+    ]
     taps = plans.get("taps")
     for label, p in plans.items():
         if isinstance(p, NotFitting):
             lines.append(f"{label:<14} does not fit: {p.reason}")
             continue
-        lines.append(f"{label:<14} {fmt_seconds(p.total_time_s):>10} {fmt_seconds(p.comm_time_s):>10}"
-                     f" {fmt_bytes(p.intra_node_bytes):>11} {fmt_bytes(p.inter_node_bytes):>11}"
-                     f" {p.memory.total / 2**30:>7.1f}Gi")
+        lines.append(
+            f"{label:<14} {fmt_seconds(p.total_time_s):>10} {fmt_seconds(p.comm_time_s):>10}"
+            f" {fmt_bytes(p.intra_node_bytes):>11} {fmt_bytes(p.inter_node_bytes):>11}"
+            f" {p.memory.total / 2**30:>7.1f}Gi"
+        )
     other = plans.get("volume")
-    if taps is not None and not isinstance(taps, NotFitting) and other is not None \
-            and not isinstance(other, NotFitting):
-        lines.append(f"TAPS communication is {100 * reduction(taps, other):.0f}% below the "
-                     "volume-based plan's")
+    if (
+        taps is not None
+        and not isinstance(taps, NotFitting)
+        and other is not None
+        and not isinstance(other, NotFitting)
+    ):
+        lines.append(
+            f"TAPS communication is {100 * reduction(taps, other):.0f}% below the "
+            "volume-based plan's"
+        )
     return "\n".join(lines)
 
 
@@ -127,8 +145,9 @@ def run(argv: list[str]) -> int:
         _topologies()
     elif args.command == "plan":
         graph, topo = _workload(args)
-        plan = search(graph, topo, mode=args.mode, cost_model=args.cost_model,
-                      memory_limit_bytes=_limit(args))
+        plan = search(
+            graph, topo, mode=args.mode, cost_model=args.cost_model, memory_limit_bytes=_limit(args)
+        )
         if not _emit(plan_to_json(plan), args.json):
             print(plan_table(plan))
     elif args.command == "compare":
@@ -143,8 +162,15 @@ def run(argv: list[str]) -> int:
         problem = load_problem(path.read_bytes())
         start = time.perf_counter()
         sol = solve(problem)
-        print(json.dumps({"strategies": sol.strategies, "cost": sol.cost,
-                          "time_s": time.perf_counter() - start}))
+        print(
+            json.dumps(
+                {
+                    "strategies": sol.strategies,
+                    "cost": sol.cost,
+                    "time_s": time.perf_counter() - start,
+                }
+            )
+        )
     return 0
 
 

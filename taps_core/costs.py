@@ -37,8 +37,12 @@ class Memory:
         return self.parameters + self.gradients + self.optimizer + self.activations
 
     def __add__(self, other: Memory) -> Memory:
-        return Memory(self.parameters + other.parameters, self.gradients + other.gradients,
-                      self.optimizer + other.optimizer, self.activations + other.activations)
+        return Memory(
+            self.parameters + other.parameters,
+            self.gradients + other.gradients,
+            self.optimizer + other.optimizer,
+            self.activations + other.activations,
+        )
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ def optimizer_bytes_per_param(dtype_bytes: int) -> float:
 
 def _level_q(strategy: Strategy, letters: frozenset[str] | set[str]) -> tuple[int, int]:
     return tuple(  # type: ignore[return-value]
-        math.prod(strategy.factor(ch, lv) for ch in letters) for lv in LEVELS)
+        math.prod(strategy.factor(ch, lv) for ch in letters) for lv in LEVELS
+    )
 
 
 def _moe_phases(graph: OpGraph, op: OpSpec, s: Strategy) -> tuple[Phase, ...]:
@@ -116,9 +121,11 @@ def op_cost(graph: OpGraph, op: OpSpec, s: Strategy, topology: Topology, mode: s
             s_inter, s_intra = _level_q(s, op.stat_letters)
             rows = out_local * math.prod(s.factor(ch) for ch in op.stat_letters) / out.nbytes
             stat_rows = out.numel / math.prod(
-                out.shape[op.output_letters.index(ch)] for ch in op.stat_letters)
-            phases += [("stats", p) for p in all_reduce(s_inter, s_intra,
-                                                        STAT_BYTES * stat_rows * rows)]
+                out.shape[op.output_letters.index(ch)] for ch in op.stat_letters
+            )
+            phases += [
+                ("stats", p) for p in all_reduce(s_inter, s_intra, STAT_BYTES * stat_rows * rows)
+            ]
     memory = Memory()
     for letters, tname in zip(op.input_letters, op.inputs):
         t = graph.tensors[tname]
@@ -132,7 +139,9 @@ def op_cost(graph: OpGraph, op: OpSpec, s: Strategy, topology: Topology, mode: s
                     optimizer=elems * optimizer_bytes_per_param(t.dtype_bytes) if train else 0.0,
                 )
         elif train:
-            memory += Memory(activations=held)
+            # a tensor read by k ops is saved once for backward: each reader carries 1/k of it
+            readers = max(1, len(graph.consumers.get(tname, ())))
+            memory += Memory(activations=held / readers)
         if train and t.requires_grad and op.kind not in ("moe_dispatch", "moe_combine"):
             absent = set(op.letters) - set(letters) - op.fixed
             g_inter, g_intra = _level_q(s, absent)
@@ -194,7 +203,9 @@ class Resharder:
 
     def __init__(self, comm: CommCost) -> None:
         self.comm = comm
-        self._level: dict[tuple[int, tuple[int, ...], tuple[int, ...]], tuple[float, float, int]] = {}
+        self._level: dict[
+            tuple[int, tuple[int, ...], tuple[int, ...]], tuple[float, float, int]
+        ] = {}
 
     def _entry(self, lv: int, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[float, float, int]:
         """(latency seconds, seconds per tensor byte before 'kept', gcd-kept split) of a move."""
@@ -231,7 +242,9 @@ class Resharder:
             total += lat + beta * nbytes / kept_other
         return total
 
-    def matrix(self, nbytes: float, src: list[Layout], dst: list[Layout], *, train: bool) -> np.ndarray:
+    def matrix(
+        self, nbytes: float, src: list[Layout], dst: list[Layout], *, train: bool
+    ) -> np.ndarray:
         """Seconds to reshard every src layout into every dst layout; in training the
         gradient also goes back from dst to src."""
         fwd = self.one_way(nbytes, src, dst)

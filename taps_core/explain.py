@@ -42,8 +42,15 @@ class Case:
     per_gpu_Bps: float
 
 
-def _case(links: LinkModel, name: str, description: str, level: str, q: int,
-          size_bytes: float, volume: VolumeCost) -> Case:
+def _case(
+    links: LinkModel,
+    name: str,
+    description: str,
+    level: str,
+    q: int,
+    size_bytes: float,
+    volume: VolumeCost,
+) -> Case:
     q_inter, q_intra = (q, 1) if level == "inter" else (1, q)
     phases = all_reduce(q_inter, q_intra, size_bytes)
     cost = TopologyCost(links)
@@ -53,15 +60,24 @@ def _case(links: LinkModel, name: str, description: str, level: str, q: int,
     hot = int(np.argmax(pattern.loads / links.capacity_Bps))
     src, dst, link = links.links[hot]
     return Case(
-        name=name, description=description, level=level, group_size=q, phases=phases,
-        bytes_per_gpu=sent, time_s=sum(cost.seconds(p) for p in phases), latency_s=latency,
-        bandwidth_s=sent * pattern.beta_s_per_B, volume_s=sum(volume.seconds(p) for p in phases),
-        bottleneck=(src, dst, link.kind), per_gpu_Bps=1.0 / pattern.beta_s_per_B,
+        name=name,
+        description=description,
+        level=level,
+        group_size=q,
+        phases=phases,
+        bytes_per_gpu=sent,
+        time_s=sum(cost.seconds(p) for p in phases),
+        latency_s=latency,
+        bandwidth_s=sent * pattern.beta_s_per_B,
+        volume_s=sum(volume.seconds(p) for p in phases),
+        bottleneck=(src, dst, link.kind),
+        per_gpu_Bps=1.0 / pattern.beta_s_per_B,
     )
 
 
-def volume_vs_time(topology: Topology, size_bytes: float = 1e9, *,
-                   volume: VolumeCost | None = None) -> tuple[Case, Case]:
+def volume_vs_time(
+    topology: Topology, size_bytes: float = 1e9, *, volume: VolumeCost | None = None
+) -> tuple[Case, Case]:
     """Plan A (all GPUs of one host) and plan B (one GPU per host, two hosts) for one buffer.
 
     With an odd number of hosts, B spans all of them (groups must tile the hosts).
@@ -89,8 +105,16 @@ def volume_vs_time(topology: Topology, size_bytes: float = 1e9, *,
     links = LinkModel(topology)
     volume = volume or VolumeCost()
     qb = 2 if n % 2 == 0 else n
-    a = _case(links, "A", f"all-reduce over the {g} GPUs of one host", "intra", g,
-              size_bytes, volume)
-    b = _case(links, "B", f"all-reduce over {qb} GPUs, one on each of {qb} hosts", "inter", qb,
-              size_bytes, volume)
+    a = _case(
+        links, "A", f"all-reduce over the {g} GPUs of one host", "intra", g, size_bytes, volume
+    )
+    b = _case(
+        links,
+        "B",
+        f"all-reduce over {qb} GPUs, one on each of {qb} hosts",
+        "inter",
+        qb,
+        size_bytes,
+        volume,
+    )
     return a, b

@@ -18,12 +18,22 @@ import networkx as nx
 from taps_core.errors import InvalidInputError
 
 OP_KINDS = (
-    "matmul", "attention", "softmax", "norm", "elementwise", "embedding", "loss",
-    "moe_dispatch", "moe_combine", "conv", "pool",
+    "matmul",
+    "attention",
+    "softmax",
+    "norm",
+    "elementwise",
+    "embedding",
+    "loss",
+    "moe_dispatch",
+    "moe_combine",
+    "conv",
+    "pool",
 )
 # ops whose time is bound by memory traffic, not FLOPs
-MEMORY_BOUND_KINDS = frozenset({"softmax", "norm", "elementwise", "embedding", "loss",
-                                "moe_dispatch", "moe_combine", "pool"})
+MEMORY_BOUND_KINDS = frozenset(
+    {"softmax", "norm", "elementwise", "embedding", "loss", "moe_dispatch", "moe_combine", "pool"}
+)
 
 
 @dataclass(frozen=True)
@@ -184,8 +194,11 @@ def check_graph(graph: OpGraph) -> None:
                 raise InvalidInputError(f"op {op.name} tensor", tname, "a declared tensor")
             shape = graph.tensors[tname].shape
             if len(letters) != len(shape):
-                raise InvalidInputError(f"op {op.name} term for {tname}", letters,
-                                        f"{len(shape)} letters for shape {shape}")
+                raise InvalidInputError(
+                    f"op {op.name} term for {tname}",
+                    letters,
+                    f"{len(shape)} letters for shape {shape}",
+                )
         for tname in op.inputs:
             t = graph.tensors[tname]
             if not t.is_param and tname in graph.producer and tname not in produced:

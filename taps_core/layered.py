@@ -43,7 +43,12 @@ def min_plus_power(m: np.ndarray, k: int) -> np.ndarray:
 
 
 def find_chain(problem: SearchProblem) -> Chain | None:
-    """The repeated-layer structure, or None when layers differ or leak across boundaries."""
+    """The repeated-layer structure, or None when layers differ or leak across boundaries.
+
+    ``layers[0]`` holds the entry tensor node alone when the first layer can join the chain
+    (same ops as the others, entered through one tensor with the exits' layouts); otherwise it
+    holds the first layer, which is then solved with the rest of the graph.
+    """
     graph = problem.graph
     by_layer: dict[int, list[str]] = {}
     for op in graph.ops:
@@ -57,7 +62,8 @@ def find_chain(problem: SearchProblem) -> Chain | None:
     for u, v, _ in problem.edges:
         nbrs[u].add(v)
         nbrs[v].add(u)
-    layers, exits = [], []
+    layers: list[tuple[str, ...]] = []
+    exits: list[str] = []
     for idx, lay in enumerate(order):
         names = by_layer[lay]
         if idx >= 1 and [op_signature(graph, graph.op_by_name[n]) for n in names] != sig0:
@@ -71,17 +77,36 @@ def find_chain(problem: SearchProblem) -> Chain | None:
         layers.append(nodes)
         exits.append(outward[0])
     for idx in range(1, len(layers)):
-        inside = set(layers[idx])
-        entry = exits[idx - 1]
-        for n in layers[idx]:
-            allowed = inside | {entry}
-            if n == exits[idx]:
-                allowed |= set(layers[idx + 1]) if idx + 1 < len(layers) else nbrs[n]
-            if nbrs[n] - allowed:
-                return None
-        if idx + 1 < len(layers) and nbrs[exits[idx]] - inside - set(layers[idx + 1]):
+        if not _sealed(layers, exits, idx, nbrs):
             return None
+    # can the first layer join? its entry must be one tensor node with the exits' layouts
+    first = set(layers[0])
+    entries = {n for node in layers[0] for n in nbrs[node] if n not in first}
+    entries.discard(exits[0])
+    entries -= set(layers[1])
+    if (
+        len(entries) == 1
+        and [op_signature(graph, graph.op_by_name[n]) for n in by_layer[order[0]]] == sig0
+    ):
+        entry = next(iter(entries))
+        if problem.layouts.get(entry) == problem.layouts[exits[0]]:
+            return Chain(((entry,), *layers), (entry, *exits))
     return Chain(tuple(layers), tuple(exits))
+
+
+def _sealed(
+    layers: list[tuple[str, ...]], exits: list[str], idx: int, nbrs: dict[str, set[str]]
+) -> bool:
+    """Layer ``idx`` touches only its entry (the previous exit) and, via its exit, the next."""
+    inside = set(layers[idx])
+    entry = exits[idx - 1]
+    for n in layers[idx]:
+        allowed = inside | {entry}
+        if n == exits[idx]:
+            allowed |= set(layers[idx + 1]) if idx + 1 < len(layers) else nbrs[n]
+        if nbrs[n] - allowed:
+            return False
+    return not (idx + 1 < len(layers) and nbrs[exits[idx]] - inside - set(layers[idx + 1]))
 
 
 def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Solution:
@@ -112,8 +137,11 @@ def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Solutio
         for src, dst in zip(first, chain.layers[idx]):
             choice[dst] = inner[src]
     ordered = {n: choice[n] for n in problem.time}
-    return Solution(ordered, sol.cost, {**sol.stats, "layered": True, "repeats": repeats,
-                                        "block_states": int(m.shape[0])})
+    return Solution(
+        ordered,
+        sol.cost,
+        {**sol.stats, "layered": True, "repeats": repeats, "block_states": int(m.shape[0])},
+    )
 
 
 def _viterbi(m: np.ndarray, start: int, end: int, steps: int) -> list[int]:

@@ -62,7 +62,8 @@ class LinkModel:
         self.gpu_idx = np.array([self.index[g] for g in topology.gpus])
         _, self.pred = dijkstra(adj, indices=self.gpu_idx, return_predecessors=True)
         self.capacity_Bps = np.array(
-            [link.bandwidth_Bps * topology.efficiency_of(link.kind) for _, _, link in self.links])
+            [link.bandwidth_Bps * topology.efficiency_of(link.kind) for _, _, link in self.links]
+        )
         self.latency_s = np.array([link.latency_s for _, _, link in self.links])
         self.is_inter = np.array([link.kind == "network" for _, _, link in self.links])
         self._cache: dict[tuple[str, int, str], PatternCost] = {}
@@ -88,7 +89,9 @@ class LinkModel:
                     out.append([(start + i) * g + j for i in range(q)])
         return out
 
-    def _route(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, float]:
+    def _route(
+        self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray
+    ) -> tuple[np.ndarray, float]:
         """Add ``weight`` along every src->dst GPU path; return link loads and max path latency."""
         loads = np.zeros(len(self.links))
         latency = np.zeros(len(src))

@@ -103,8 +103,15 @@ class Plan:
 
 
 def evaluate(
-    graph: OpGraph, links: LinkModel, mode: str, choice: dict[str, Strategy], *,
-    label: str, cost_model: str, search: SearchInfo, memory_limit_bytes: float,
+    graph: OpGraph,
+    links: LinkModel,
+    mode: str,
+    choice: dict[str, Strategy],
+    *,
+    label: str,
+    cost_model: str,
+    search: SearchInfo,
+    memory_limit_bytes: float,
 ) -> Plan:
     """Cost ``choice`` on the topology of ``links`` (see the module docstring)."""
     topology = links.topology
@@ -137,18 +144,39 @@ def evaluate(
             level_bytes[p.level] += p.per_rank_bytes * num_gpus
             link_bytes += p.per_rank_bytes * links.pattern(p.level, p.q, p.pattern).loads
         memory += cost.memory
-        ops.append(OpPlan(op.name, op.kind, op.layer, op.einsum, s, cost.compute_s, seconds, sent,
-                          tuple(phases), cost.memory))
+        ops.append(
+            OpPlan(
+                op.name,
+                op.kind,
+                op.layer,
+                op.einsum,
+                s,
+                cost.compute_s,
+                seconds,
+                sent,
+                tuple(phases),
+                cost.memory,
+            )
+        )
     traffic = tuple(
-        LinkTraffic(u, v, link.kind, link.bandwidth_Bps, float(b),
-                    float(b / links.capacity_Bps[i]))
-        for i, ((u, v, link), b) in enumerate(zip(links.links, link_bytes)) if b > 0
+        LinkTraffic(u, v, link.kind, link.bandwidth_Bps, float(b), float(b / links.capacity_Bps[i]))
+        for i, ((u, v, link), b) in enumerate(zip(links.links, link_bytes))
+        if b > 0
     )
     return Plan(
-        label=label, model_name=graph.name, parameters=graph.num_parameters,
-        topology_name=topology.name, nodes=topology.nodes,
-        gpus_per_node=topology.gpus_per_node, mode=mode, cost_model=cost_model,
-        ops=tuple(ops), links=traffic, memory=memory, memory_limit_bytes=memory_limit_bytes,
-        intra_node_bytes=level_bytes["intra"], inter_node_bytes=level_bytes["inter"],
+        label=label,
+        model_name=graph.name,
+        parameters=graph.num_parameters,
+        topology_name=topology.name,
+        nodes=topology.nodes,
+        gpus_per_node=topology.gpus_per_node,
+        mode=mode,
+        cost_model=cost_model,
+        ops=tuple(ops),
+        links=traffic,
+        memory=memory,
+        memory_limit_bytes=memory_limit_bytes,
+        intra_node_bytes=level_bytes["intra"],
+        inter_node_bytes=level_bytes["inter"],
         search=search,
     )

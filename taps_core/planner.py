@@ -30,6 +30,8 @@ from taps_core.topology import Topology
 COST_MODELS = ("topology", "volume")
 BASELINES = ("taps", "volume", "megatron", "data_parallel")
 BISECTION_STEPS = 8
+LEANEST_WEIGHT = 1e-3  # seconds per byte
+GAP_TOLERANCE = 0.005  # stop bisecting once within 0.5% of the Lagrangian bound
 GiB = 2**30
 
 
@@ -56,21 +58,22 @@ def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Soluti
     count = sum(len(v) for v in problem.time.values())
     if m0 <= limit:
         return sol, SearchInfo(algorithm, time.perf_counter() - start, count, "optimal")
-    lo, hi = 0.0, 1e-12  # seconds per byte: 1 GiB weighs ~1 ms at the start
+    # the leanest plan: memory dominates (1 s per KiB), time only breaks ties
+    lo, hi = 0.0, LEANEST_WEIGHT
     sol_hi = solve_problem(problem, hi)
-    while _totals(problem, sol_hi, hi)[1] > limit and hi < 1e3:
-        lo, hi = hi, hi * 100
-        sol_hi = solve_problem(problem, hi)
-    m_hi = _totals(problem, sol_hi, hi)[1]
+    t_hi, m_hi = _totals(problem, sol_hi, hi)
     if m_hi > limit:
         raise InfeasibleError(
             f"memory: the leanest plan needs {m_hi / GiB:.3g} GiB per device for {mode}, over "
-            f"the {limit / GiB:.3g} GiB limit; use more GPUs, a smaller batch or inference")
-    best, best_t = sol_hi, _totals(problem, sol_hi, hi)[0]
-    bound = max(sol.cost, sol_hi.cost - hi * limit)
-    lo = lo or hi * 1e-4
+            f"the {limit / GiB:.3g} GiB limit; use more GPUs, a smaller batch or inference"
+        )
+    best, best_t = sol_hi, t_hi
+    bound = sol.cost
+    # first guess: the slope between the fastest and the leanest plan (a dual breakpoint)
+    mid = (t_hi - sol.cost) / max(m0 - m_hi, 1.0)
     for _ in range(BISECTION_STEPS):
-        mid = math.sqrt(lo * hi)  # bisect in log space
+        if not lo < mid < hi:
+            mid = math.sqrt(max(lo, hi * 1e-9) * hi)  # bisect in log space
         cand = solve_problem(problem, mid)
         t, m = _totals(problem, cand, mid)
         bound = max(bound, cand.cost - mid * limit)
@@ -80,10 +83,18 @@ def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Soluti
                 best, best_t = cand, t
         else:
             lo = mid
-    info = SearchInfo(algorithm, time.perf_counter() - start, count, "feasible",
-                      memory_weight=hi, lower_bound_s=bound,
-                      note=f"memory limit binds; best plan within {best_t - bound:.3g} s of the "
-                           "Lagrangian bound")
+        if best_t - bound <= GAP_TOLERANCE * best_t:
+            break  # provably within the tolerance of the constrained optimum
+        mid = -1.0
+    info = SearchInfo(
+        algorithm,
+        time.perf_counter() - start,
+        count,
+        "feasible",
+        memory_weight=hi,
+        lower_bound_s=bound,
+        note=f"memory limit binds; best plan within {best_t - bound:.3g} s of the Lagrangian bound",
+    )
     return best, info
 
 
@@ -97,20 +108,30 @@ def check_workload(graph: OpGraph, topology: Topology, space: SearchSpace = Sear
     batch = getattr(cfg, "batch_size", None)
     if batch is not None and batch % topology.nodes:
         raise InvalidInputError(
-            "batch_size", batch, f"a multiple of the {topology.nodes} nodes of {topology.name}")
+            "batch_size", batch, f"a multiple of the {topology.nodes} nodes of {topology.name}"
+        )
     heaviest = max(graph.ops, key=graph.flops)
     mesh = Mesh(topology.nodes, topology.gpus_per_node)
     if not any(s.ways() == mesh.devices for s in op_strategies(graph, heaviest, mesh, space)):
         raise InvalidInputError(
-            "topology", f"{topology.name} ({mesh.devices} GPUs)",
+            "topology",
+            f"{topology.name} ({mesh.devices} GPUs)",
             f"a cluster the model can use: its largest op {heaviest.name} cannot be split over "
-            f"{mesh.devices} GPUs; use fewer GPUs or a larger batch")
+            f"{mesh.devices} GPUs; use fewer GPUs or a larger batch",
+        )
 
 
 def search(
-    graph: OpGraph, topology: Topology, *, mode: str = "train", cost_model: str = "topology",
-    memory_limit_bytes: float | None = None, space: SearchSpace = SearchSpace(),
-    allow: StrategyFilter | None = None, label: str = "taps", links: LinkModel | None = None,
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str = "train",
+    cost_model: str = "topology",
+    memory_limit_bytes: float | None = None,
+    space: SearchSpace = SearchSpace(),
+    allow: StrategyFilter | None = None,
+    label: str = "taps",
+    links: LinkModel | None = None,
 ) -> Plan:
     """Best plan under ``cost_model`` within ``space`` (and ``allow``), reported topology-aware.
 
@@ -129,11 +150,26 @@ def search(
     start = time.perf_counter()
     problem = build_problem(graph, topology, mode, comm, space=space, allow=allow)
     sol, info = _fit_memory(problem, limit, mode)
-    info = SearchInfo(info.algorithm, time.perf_counter() - start, info.num_strategies,
-                      info.status, info.memory_weight, info.lower_bound_s, info.note)
+    info = SearchInfo(
+        info.algorithm,
+        time.perf_counter() - start,
+        info.num_strategies,
+        info.status,
+        info.memory_weight,
+        info.lower_bound_s,
+        info.note,
+    )
     choice = {op.name: problem.strategies[op.name][sol.strategies[op.name]] for op in graph.ops}
-    return evaluate(graph, links, mode, choice, label=label, cost_model=cost_model, search=info,
-                    memory_limit_bytes=limit)
+    return evaluate(
+        graph,
+        links,
+        mode,
+        choice,
+        label=label,
+        cost_model=cost_model,
+        search=info,
+        memory_limit_bytes=limit,
+    )
 
 
 # ---- baselines as restrictions of the same space ------------------------------------------
@@ -148,27 +184,33 @@ def _whole(split: tuple[tuple[str, int], ...], size: int, letters: frozenset[str
     """Every split letter is in ``letters`` and the level is used whole (or size is 1)."""
     if size == 1:
         return split == ()
-    return bool(split) and all(ch in letters for ch, _ in split) and \
-        any(math.prod(f for _, f in split[i:i + 1]) == size for i in range(len(split)))
+    return (
+        bool(split)
+        and all(ch in letters for ch, _ in split)
+        and any(math.prod(f for _, f in split[i : i + 1]) == size for i in range(len(split)))
+    )
 
 
 def data_parallel_filter(topology: Topology) -> StrategyFilter:
     """Pure data parallelism: every op splits only its sample letters, over every GPU."""
+
     def allow(graph: OpGraph, op: OpSpec, s: Strategy) -> bool:
         data = _data_letters(graph)
-        return (_whole(s.inter, topology.nodes, data)
-                and _whole(s.intra, topology.gpus_per_node, data))
+        return _whole(s.inter, topology.nodes, data) and _whole(
+            s.intra, topology.gpus_per_node, data
+        )
+
     return allow
 
 
 def tp_letter(op: OpSpec) -> str | None:
     """The letter Megatron splits for a column ('output features') or row ('contraction') op."""
     if op.tp_role == "column":
-        cands = [ch for ch in op.output_letters
-                 if ch not in op.input_letters[0] and ch not in op.fixed]
+        cands = [
+            ch for ch in op.output_letters if ch not in op.input_letters[0] and ch not in op.fixed
+        ]
     elif op.tp_role == "row":
-        cands = [ch for ch in op.input_letters[0]
-                 if ch in op.contracted and ch not in op.fixed]
+        cands = [ch for ch in op.input_letters[0] if ch in op.contracted and ch not in op.fixed]
     else:
         return None
     return cands[0] if cands else None
@@ -190,14 +232,20 @@ def megatron_filter(graph: OpGraph, topology: Topology) -> StrategyFilter:
             if graph.dim_sizes(op)[letter] % g:  # Megatron pads (vocab); we replicate instead
                 return s.intra == ()
             return s.intra == ((letter, g),)
-        return s.intra == () or (len(s.intra) == 1 and s.intra[0] == (s.intra[0][0], g)
-                                 and s.intra[0][0] in tp_letters)
+        return s.intra == () or (
+            len(s.intra) == 1 and s.intra[0] == (s.intra[0][0], g) and s.intra[0][0] in tp_letters
+        )
+
     return allow
 
 
 def compare(
-    graph: OpGraph, topology: Topology, *, mode: str = "train",
-    memory_limit_bytes: float | None = None, space: SearchSpace = SearchSpace(),
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str = "train",
+    memory_limit_bytes: float | None = None,
+    space: SearchSpace = SearchSpace(),
 ) -> dict[str, Plan | NotFitting]:
     """TAPS against the volume-based search, Megatron-style and data-parallel plans.
 
@@ -215,8 +263,16 @@ def compare(
     out: dict[str, Plan | NotFitting] = {}
     for label, kw in runs.items():
         try:
-            out[label] = search(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes,
-                                space=space, label=label, links=links, **kw)  # type: ignore[arg-type]
+            out[label] = search(
+                graph,
+                topology,
+                mode=mode,
+                memory_limit_bytes=memory_limit_bytes,
+                space=space,
+                label=label,
+                links=links,
+                **kw,
+            )  # type: ignore[arg-type]
         except InfeasibleError as err:
             out[label] = NotFitting(label, str(err))
     taps = out["taps"]
@@ -226,11 +282,23 @@ def compare(
             if isinstance(other, Plan) and other.total_time_s < taps.total_time_s - 1e-12:
                 info = taps.search
                 taps = evaluate(
-                    graph, links, mode, other.strategies, label="taps", cost_model="topology",
+                    graph,
+                    links,
+                    mode,
+                    other.strategies,
+                    label="taps",
+                    cost_model="topology",
                     memory_limit_bytes=taps.memory_limit_bytes,
-                    search=SearchInfo(info.algorithm, info.time_s, info.num_strategies,
-                                      "feasible", info.memory_weight, info.lower_bound_s,
-                                      f"memory limit binds; the {label} plan was the best found"))
+                    search=SearchInfo(
+                        info.algorithm,
+                        info.time_s,
+                        info.num_strategies,
+                        "feasible",
+                        info.memory_weight,
+                        info.lower_bound_s,
+                        f"memory limit binds; the {label} plan was the best found",
+                    ),
+                )
         out["taps"] = taps
     return out
 

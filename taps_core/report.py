@@ -12,8 +12,17 @@ from taps_core.planner import NotFitting
 from taps_core.strategies import Strategy
 
 LETTER_NAMES = {
-    "b": "batch", "s": "sequence", "m": "hidden", "n": "heads", "f": "FFN", "v": "vocab",
-    "e": "experts", "c": "expert tokens", "k": "channels", "l": "classes", "t": "key sequence",
+    "b": "batch",
+    "s": "sequence",
+    "m": "hidden",
+    "n": "heads",
+    "f": "FFN",
+    "v": "vocab",
+    "e": "experts",
+    "c": "expert tokens",
+    "k": "channels",
+    "l": "classes",
+    "t": "key sequence",
 }
 
 
@@ -22,8 +31,11 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
     return {
         "label": plan.label,
         "model": {"name": plan.model_name, "parameters": plan.parameters},
-        "topology": {"name": plan.topology_name, "nodes": plan.nodes,
-                     "gpus_per_node": plan.gpus_per_node},
+        "topology": {
+            "name": plan.topology_name,
+            "nodes": plan.nodes,
+            "gpus_per_node": plan.gpus_per_node,
+        },
         "mode": plan.mode,
         "cost_model": plan.cost_model,
         "totals": {
@@ -36,36 +48,60 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             "memory_per_device_bytes": plan.memory.total,
             "memory_limit_bytes": plan.memory_limit_bytes,
             "memory_breakdown_bytes": {
-                "parameters": plan.memory.parameters, "gradients": plan.memory.gradients,
-                "optimizer": plan.memory.optimizer, "activations": plan.memory.activations,
+                "parameters": plan.memory.parameters,
+                "gradients": plan.memory.gradients,
+                "optimizer": plan.memory.optimizer,
+                "activations": plan.memory.activations,
             },
         },
         "ops": [
-            {"name": op.name, "kind": op.kind, "layer": op.layer,
-             "strategy": strategy_to_json(op.strategy), "sharding": sharding_class(op),
-             "compute_time_s": op.compute_s, "comm_time_s": op.comm_time_s,
-             "comm_bytes": op.comm_bytes}
+            {
+                "name": op.name,
+                "kind": op.kind,
+                "layer": op.layer,
+                "strategy": strategy_to_json(op.strategy),
+                "sharding": sharding_class(op),
+                "compute_time_s": op.compute_s,
+                "comm_time_s": op.comm_time_s,
+                "comm_bytes": op.comm_bytes,
+            }
             for op in plan.ops
         ],
         "links": [
-            {"src": k.src, "dst": k.dst, "kind": k.kind, "bandwidth_Bps": k.bandwidth_Bps,
-             "bytes": k.bytes, "busy_time_s": k.busy_time_s}
+            {
+                "src": k.src,
+                "dst": k.dst,
+                "kind": k.kind,
+                "bandwidth_Bps": k.bandwidth_Bps,
+                "bytes": k.bytes,
+                "busy_time_s": k.busy_time_s,
+            }
             for k in plan.links
         ],
-        "search": {"algorithm": plan.search.algorithm, "time_s": plan.search.time_s,
-                   "num_strategies": plan.search.num_strategies, "status": plan.search.status,
-                   "lower_bound_s": plan.search.lower_bound_s, "note": plan.search.note},
+        "search": {
+            "algorithm": plan.search.algorithm,
+            "time_s": plan.search.time_s,
+            "num_strategies": plan.search.num_strategies,
+            "status": plan.search.status,
+            "lower_bound_s": plan.search.lower_bound_s,
+            "note": plan.search.note,
+        },
         "summary": describe(plan),
     }
 
 
 def compare_to_json(plans: dict[str, Plan | NotFitting]) -> dict[str, Any]:
     """``{"plans": {label: plan JSON | {"fits": false, "reason": ...}}}``."""
-    return {"plans": {
-        label: ({"fits": False, "reason": p.reason} if isinstance(p, NotFitting)
-                else {"fits": True, **plan_to_json(p)})
-        for label, p in plans.items()
-    }}
+    return {
+        "plans": {
+            label: (
+                {"fits": False, "reason": p.reason}
+                if isinstance(p, NotFitting)
+                else {"fits": True, **plan_to_json(p)}
+            )
+            for label, p in plans.items()
+        }
+    }
 
 
 def strategy_to_json(s: Strategy) -> dict[str, dict[str, int]]:
@@ -161,8 +197,10 @@ def plan_table(plan: Plan, *, max_ops: int = 40) -> str:
     shown = _collapse_layers(plan)
     for op, count in shown[:max_ops]:
         name = op.name if count == 1 else f"{op.name} (x{count})"
-        lines.append(f"  {name:<22} {op.kind:<12} {op.strategy.label():<30} "
-                     f"{fmt_seconds(op.compute_s):>10} {fmt_seconds(op.comm_time_s):>10}")
+        lines.append(
+            f"  {name:<22} {op.kind:<12} {op.strategy.label():<30} "
+            f"{fmt_seconds(op.compute_s):>10} {fmt_seconds(op.comm_time_s):>10}"
+        )
     if len(shown) > max_ops:
         lines.append(f"  ... {len(shown) - max_ops} more")
     return "\n".join(lines)

@@ -32,8 +32,18 @@ def op_signature(graph: OpGraph, op: OpSpec) -> tuple:
         (t.shape, t.dtype_bytes, t.is_param, t.tied, t.requires_grad)
         for t in (graph.tensors[n] for n in (*op.inputs, op.output))
     )
-    return (op.kind, op.einsum, specs, op.fixed, op.stat_letters, op.tp_role, op.flops_factor,
-            op.fwd_flops)
+    readers = tuple(len(graph.consumers.get(n, ())) for n in op.inputs)  # activation sharing
+    return (
+        op.kind,
+        op.einsum,
+        specs,
+        readers,
+        op.fixed,
+        op.stat_letters,
+        op.tp_role,
+        op.flops_factor,
+        op.fwd_flops,
+    )
 
 
 @dataclass
@@ -64,8 +74,13 @@ class SearchProblem:
 
 
 def build_problem(
-    graph: OpGraph, topology: Topology, mode: str, comm: CommCost, *,
-    space: SearchSpace = SearchSpace(), allow: StrategyFilter | None = None,
+    graph: OpGraph,
+    topology: Topology,
+    mode: str,
+    comm: CommCost,
+    *,
+    space: SearchSpace = SearchSpace(),
+    allow: StrategyFilter | None = None,
     ops: list[OpSpec] | None = None,
 ) -> SearchProblem:
     """Build the node costs and edges for ``ops`` (default: all ops of the graph)."""
@@ -91,7 +106,8 @@ def build_problem(
                 sizes = ", ".join(f"{k}={v}" for k, v in graph.dim_sizes(op).items())
                 raise InfeasibleError(
                     f"op {op.name}: no strategy splits its dims ({sizes}) over {mesh.inter} "
-                    f"nodes x {mesh.intra} GPUs under these plan rules")
+                    f"nodes x {mesh.intra} GPUs under these plan rules"
+                )
             costs = [op_cost(graph, op, s, topology, mode) for s in strats]
             t = np.array([c.compute_s + sum(comm.seconds(p) for _, p in c.phases) for c in costs])
             m = np.array([c.memory.total for c in costs])
@@ -131,5 +147,6 @@ def build_problem(
                     wanted = [s.layout(letters) for s in strategies[reader]]
                     edge_memo[key] = resharder.matrix(nbytes, uniq, wanted, train=train)
                 edges.append((node, reader, edge_memo[key]))
-    return SearchProblem(graph, topology, mesh, mode, strategies, layouts, time, memory, edges,
-                         op_costs)
+    return SearchProblem(
+        graph, topology, mesh, mode, strategies, layouts, time, memory, edges, op_costs
+    )

@@ -82,8 +82,10 @@ class Strategy:
 
     def label(self) -> str:
         """Compact text, e.g. ``inter[b4] intra[n8]``; ``R`` is replicated."""
+
         def one(split: LevelSplit) -> str:
             return ",".join(f"{ch}{f}" for ch, f in split) or "R"
+
         return f"inter[{one(self.inter)}] intra[{one(self.intra)}]"
 
 
@@ -105,7 +107,9 @@ def _level_splits(size: int, letters: tuple[str, ...], space: SearchSpace) -> li
 MOE_KINDS = frozenset({"moe_dispatch", "moe_combine"})
 
 
-def _splits(op: OpSpec, size: int, letters: tuple[str, ...], space: SearchSpace) -> list[LevelSplit]:
+def _splits(
+    op: OpSpec, size: int, letters: tuple[str, ...], space: SearchSpace
+) -> list[LevelSplit]:
     """Level splits of one op; a MoE dispatch/combine splits its token side and expert side
     independently (each whole or replicated), since the level's devices hold both."""
     if op.kind not in MOE_KINDS:

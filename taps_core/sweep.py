@@ -79,8 +79,9 @@ def node_inter_bandwidth(topology: Topology) -> float:
         if host is not None:
             per_host[host] = per_host.get(host, 0.0) + link.bandwidth_Bps
     if not per_host:
-        raise InvalidInputError("topology", topology.name,
-                                "a cluster with network links between hosts (nodes >= 2)")
+        raise InvalidInputError(
+            "topology", topology.name, "a cluster with network links between hosts (nodes >= 2)"
+        )
     return float(np.mean(list(per_host.values())))
 
 
@@ -96,8 +97,10 @@ def scale_inter_bandwidth(topology: Topology, node_bandwidth_Bps: float) -> Topo
     """
     check_positive("node_bandwidth_Bps", node_bandwidth_Bps)
     factor = node_bandwidth_Bps / node_inter_bandwidth(topology)
-    links = tuple(replace(k, bandwidth_Bps=k.bandwidth_Bps * factor) if k.kind == "network" else k
-                  for k in topology.links)
+    links = tuple(
+        replace(k, bandwidth_Bps=k.bandwidth_Bps * factor) if k.kind == "network" else k
+        for k in topology.links
+    )
     return validate(replace(topology, links=links))
 
 
@@ -114,12 +117,18 @@ def log_bandwidths(low_Bps: float, high_Bps: float, points: int) -> tuple[float,
     return tuple(float(x) for x in np.geomspace(low_Bps, high_Bps, points))
 
 
-def _plans_at(graph: OpGraph, topology: Topology, labels: tuple[str, ...], mode: str,
-              memory_limit_bytes: float | None) -> dict[str, Plan | NotFitting]:
+def _plans_at(
+    graph: OpGraph,
+    topology: Topology,
+    labels: tuple[str, ...],
+    mode: str,
+    memory_limit_bytes: float | None,
+) -> dict[str, Plan | NotFitting]:
     if labels == ("taps",):
         try:
-            return {"taps": search(graph, topology, mode=mode,
-                                   memory_limit_bytes=memory_limit_bytes)}
+            return {
+                "taps": search(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes)
+            }
         except TapsError as err:
             return {"taps": NotFitting("taps", str(err))}
     plans = compare(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes)
@@ -127,8 +136,12 @@ def _plans_at(graph: OpGraph, topology: Topology, labels: tuple[str, ...], mode:
 
 
 def sweep_inter_bandwidth(
-    graph: OpGraph, topology: Topology, bandwidths_Bps: Sequence[float], *,
-    mode: str = "train", memory_limit_bytes: float | None = None,
+    graph: OpGraph,
+    topology: Topology,
+    bandwidths_Bps: Sequence[float],
+    *,
+    mode: str = "train",
+    memory_limit_bytes: float | None = None,
     labels: Sequence[str] = BASELINES,
 ) -> Sweep:
     """Plan ``graph`` at every inter-node bandwidth (bytes/s per host) and find TAPS's regimes.
@@ -164,20 +177,26 @@ def sweep_inter_bandwidth(
     node_inter_bandwidth(topology)  # raises on a single host
     points: list[SweepPoint] = []
     for bw in sorted(float(b) for b in bandwidths_Bps):
-        plans = _plans_at(graph, scale_inter_bandwidth(topology, bw), chosen, mode,
-                          memory_limit_bytes)
+        plans = _plans_at(
+            graph, scale_inter_bandwidth(topology, bw), chosen, mode, memory_limit_bytes
+        )
         taps = plans["taps"]
-        points.append(SweepPoint(
-            node_bandwidth_Bps=bw,
-            comm_time_s={lb: p.comm_time_s if isinstance(p, Plan) else None
-                         for lb, p in plans.items()},
-            total_time_s={lb: p.total_time_s if isinstance(p, Plan) else None
-                          for lb, p in plans.items()},
-            reasons={lb: p.reason for lb, p in plans.items() if isinstance(p, NotFitting)},
-            taps_summary=describe(taps) if isinstance(taps, Plan) else "does not fit",
-            taps_strategies=tuple(op.strategy.label() for op in taps.ops)
-            if isinstance(taps, Plan) else (),
-        ))
+        points.append(
+            SweepPoint(
+                node_bandwidth_Bps=bw,
+                comm_time_s={
+                    lb: p.comm_time_s if isinstance(p, Plan) else None for lb, p in plans.items()
+                },
+                total_time_s={
+                    lb: p.total_time_s if isinstance(p, Plan) else None for lb, p in plans.items()
+                },
+                reasons={lb: p.reason for lb, p in plans.items() if isinstance(p, NotFitting)},
+                taps_summary=describe(taps) if isinstance(taps, Plan) else "does not fit",
+                taps_strategies=tuple(op.strategy.label() for op in taps.ops)
+                if isinstance(taps, Plan)
+                else (),
+            )
+        )
     return Sweep(chosen, tuple(points), _regimes(points))
 
 
@@ -190,9 +209,20 @@ def _regimes(points: list[SweepPoint]) -> tuple[Regime, ...]:
             continue
         prev = points[out[-1].first].taps_strategies if out else None
         cur = points[start].taps_strategies
-        changed = 0 if prev is None else (
-            sum(a != b for a, b in zip(prev, cur)) + abs(len(prev) - len(cur)))
-        out.append(Regime(start, i - 1, points[start].node_bandwidth_Bps,
-                          points[i - 1].node_bandwidth_Bps, points[start].taps_summary, changed))
+        changed = (
+            0
+            if prev is None
+            else (sum(a != b for a, b in zip(prev, cur)) + abs(len(prev) - len(cur)))
+        )
+        out.append(
+            Regime(
+                start,
+                i - 1,
+                points[start].node_bandwidth_Bps,
+                points[i - 1].node_bandwidth_Bps,
+                points[start].taps_summary,
+                changed,
+            )
+        )
         start = i
     return tuple(out)

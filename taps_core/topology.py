@@ -68,7 +68,7 @@ class Topology:
     def __post_init__(self) -> None:
         gpus = sorted(
             (d for d in self.devices if d.kind == "gpu"),
-            key=lambda d: (d.host if d.host is not None else -1),
+            key=lambda d: d.host if d.host is not None else -1,
         )
         # stable sort keeps the file's order of GPUs within a host: that order is the local rank
         object.__setattr__(self, "gpus", tuple(d.name for d in gpus))
@@ -214,7 +214,9 @@ def build_cluster(
     if intra not in ("nvswitch", "pcie"):
         raise InvalidInputError("intra", intra, "'nvswitch' or 'pcie'")
     if nics_per_node > gpus_per_node:
-        raise InvalidInputError("nics_per_node", nics_per_node, f"<= gpus_per_node ({gpus_per_node})")
+        raise InvalidInputError(
+            "nics_per_node", nics_per_node, f"<= gpus_per_node ({gpus_per_node})"
+        )
     for label, value in (
         ("intra_bandwidth_Bps", intra_bandwidth_Bps),
         ("pcie_bandwidth_Bps", pcie_bandwidth_Bps),
@@ -239,17 +241,30 @@ def build_cluster(
         if intra == "pcie" and nvlink_pairs_bandwidth_Bps:
             for g in range(0, gpus_per_node - 1, 2):
                 links.append(
-                    Link(f"n{h}.gpu{g}", f"n{h}.gpu{g + 1}", "nvlink",
-                         nvlink_pairs_bandwidth_Bps, intra_latency_s)
+                    Link(
+                        f"n{h}.gpu{g}",
+                        f"n{h}.gpu{g + 1}",
+                        "nvlink",
+                        nvlink_pairs_bandwidth_Bps,
+                        intra_latency_s,
+                    )
                 )
         if multi:
             for k in range(nics_per_node):
                 nic = f"n{h}.nic{k}"
                 devices.append(Device(nic, "nic", h))
                 links.append(Link(nic, "net", "network", nic_bandwidth_Bps, inter_latency_s))
-            for g in range(gpus_per_node):
-                nic = f"n{h}.nic{g * nics_per_node // gpus_per_node}"
-                links.append(Link(f"n{h}.gpu{g}", nic, "pcie", pcie_bandwidth_Bps, 1e-6))
+            if intra == "pcie":  # NICs sit on the host's PCIe switch, shared with the GPUs
+                for k in range(nics_per_node):
+                    links.append(
+                        Link(f"n{h}.nic{k}", hub, "pcie", pcie_bandwidth_Bps, intra_latency_s)
+                    )
+            else:  # GPUDirect: each GPU reaches its NIC rail over its own PCIe link
+                for g in range(gpus_per_node):
+                    nic = f"n{h}.nic{g * nics_per_node // gpus_per_node}"
+                    links.append(
+                        Link(f"n{h}.gpu{g}", nic, "pcie", pcie_bandwidth_Bps, intra_latency_s)
+                    )
     eff = dict(DEFAULT_EFFICIENCY if efficiency is None else efficiency)
     return validate(
         Topology(

@@ -29,8 +29,13 @@ def to_dict(topology: Topology) -> dict[str, Any]:
         "compute_efficiency": topology.compute_efficiency,
         "devices": [{"name": d.name, "kind": d.kind, "host": d.host} for d in topology.devices],
         "links": [
-            {"src": k.src, "dst": k.dst, "kind": k.kind,
-             "bandwidth_Bps": k.bandwidth_Bps, "latency_s": k.latency_s}
+            {
+                "src": k.src,
+                "dst": k.dst,
+                "kind": k.kind,
+                "bandwidth_Bps": k.bandwidth_Bps,
+                "latency_s": k.latency_s,
+            }
             for k in topology.links
         ],
     }
@@ -60,15 +65,21 @@ def from_dict(data: dict[str, Any]) -> Topology:
             float(_field(g, "hbm_bandwidth_Bps", "gpu")),
         )
         devices = tuple(
-            Device(str(_field(d, "name", f"devices[{i}]")), str(_field(d, "kind", f"devices[{i}]")),
-                   None if d.get("host") is None else int(d["host"]))
+            Device(
+                str(_field(d, "name", f"devices[{i}]")),
+                str(_field(d, "kind", f"devices[{i}]")),
+                None if d.get("host") is None else int(d["host"]),
+            )
             for i, d in enumerate(_field(data, "devices", "topology"))
         )
         links = tuple(
-            Link(str(_field(k, "src", f"links[{i}]")), str(_field(k, "dst", f"links[{i}]")),
-                 str(_field(k, "kind", f"links[{i}]")),
-                 float(_field(k, "bandwidth_Bps", f"links[{i}]")),
-                 float(_field(k, "latency_s", f"links[{i}]")))
+            Link(
+                str(_field(k, "src", f"links[{i}]")),
+                str(_field(k, "dst", f"links[{i}]")),
+                str(_field(k, "kind", f"links[{i}]")),
+                float(_field(k, "bandwidth_Bps", f"links[{i}]")),
+                float(_field(k, "latency_s", f"links[{i}]")),
+            )
             for i, k in enumerate(_field(data, "links", "topology"))
         )
         eff = data.get("efficiency", {})
@@ -112,7 +123,8 @@ def load_topology(spec: str) -> Topology:
         if not path.is_file():
             raise InvalidInputError("topology", spec, "an existing JSON file or a preset")
         if path.stat().st_size > MAX_FILE_BYTES:
-            raise InvalidInputError("topology file size", path.stat().st_size,
-                                    f"<= {MAX_FILE_BYTES} bytes")
+            raise InvalidInputError(
+                "topology file size", path.stat().st_size, f"<= {MAX_FILE_BYTES} bytes"
+            )
         return loads(path.read_bytes())
     return preset(spec)

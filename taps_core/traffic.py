@@ -46,12 +46,15 @@ class LinkBreakdown:
 def _check_same_cluster(plan: Plan, topology: Topology) -> None:
     if (plan.nodes, plan.gpus_per_node) != (topology.nodes, topology.gpus_per_node):
         raise InvalidInputError(
-            "topology", topology.name,
-            f"the {plan.nodes}x{plan.gpus_per_node} cluster the plan was made for")
+            "topology",
+            topology.name,
+            f"the {plan.nodes}x{plan.gpus_per_node} cluster the plan was made for",
+        )
 
 
-def link_traffic_by_op_kind(plan: Plan, topology: Topology,
-                            links: LinkModel | None = None) -> LinkBreakdown:
+def link_traffic_by_op_kind(
+    plan: Plan, topology: Topology, links: LinkModel | None = None
+) -> LinkBreakdown:
     """Split each link's traffic by the kind of op whose phases put it there.
 
     Parameters
@@ -92,14 +95,16 @@ def link_traffic_by_op_kind(plan: Plan, topology: Topology,
             row += p.per_rank_bytes * links.pattern(p.level, p.q, p.pattern).loads
     load = np.array(rows) if rows else np.zeros((0, len(links.links)))
     used = np.flatnonzero(load.sum(axis=0) > 0)
-    names = tuple((u, v, link.kind, link.bandwidth_Bps)
-                  for u, v, link in (links.links[i] for i in used))
+    names = tuple(
+        (u, v, link.kind, link.bandwidth_Bps) for u, v, link in (links.links[i] for i in used)
+    )
     sel = load[:, used]
     return LinkBreakdown(names, tuple(kinds), sel, sel / links.capacity_Bps[used])
 
 
-def gpu_traffic_matrix(plan: Plan, topology: Topology,
-                       links: LinkModel | None = None) -> tuple[tuple[str, ...], np.ndarray]:
+def gpu_traffic_matrix(
+    plan: Plan, topology: Topology, links: LinkModel | None = None
+) -> tuple[tuple[str, ...], np.ndarray]:
     """Bytes each GPU sends to each other GPU over one step, ``matrix[src, dst]``.
 
     Ring collectives send a rank's traffic to its ring neighbour; all-to-all spreads it evenly

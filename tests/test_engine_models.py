@@ -13,8 +13,13 @@ from taps_core.models.config import config_from_dict
 # published sizes: GPT-2 paper/HF (124M), BERT-large HF (335M), GPT-3 paper (175B),
 # Llama 3 model cards (8.03B, 70.6B), Mixtral paper (46.7B), torchvision ResNet-50 (25.6M)
 PUBLISHED = {
-    "gpt2": 124.44e6, "bert-large": 335.14e6, "gpt3-175b": 175e9, "llama3-8b": 8.03e9,
-    "llama3-70b": 70.6e9, "mixtral-8x7b": 46.7e9, "resnet50": 25.557e6,
+    "gpt2": 124.44e6,
+    "bert-large": 335.14e6,
+    "gpt3-175b": 175e9,
+    "llama3-8b": 8.03e9,
+    "llama3-70b": 70.6e9,
+    "mixtral-8x7b": 46.7e9,
+    "resnet50": 25.557e6,
 }
 
 
@@ -40,9 +45,19 @@ def test_teaching_mlp_is_two_linear_layers():
 def test_hf_config_file_loads_from_path(tmp_path):
     # GPT-2's own config.json uses n_embd / n_layer / n_head
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12,
-                                "n_positions": 1024, "vocab_size": 50257,
-                                "architectures": ["GPT2LMHeadModel"]}))
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "gpt2",
+                "n_embd": 768,
+                "n_layer": 12,
+                "n_head": 12,
+                "n_positions": 1024,
+                "vocab_size": 50257,
+                "architectures": ["GPT2LMHeadModel"],
+            }
+        )
+    )
     g = build_graph(load_model_config(str(path)))
     assert g.num_parameters == build_graph(load_model_config("gpt2")).num_parameters
     assert g.num_layers == 12
@@ -61,16 +76,26 @@ def test_mixtral_routes_tokens_to_experts():
     assert g.tensors["L0.moe.gate.weight"].shape[0] == 8
 
 
-@pytest.mark.parametrize("data, field", [
-    ({"hidden_size": 10}, "model_type"),
-    ({"model_type": "t5"}, "model_type"),
-    ({"model_type": "gpt2", "n_embd": 100, "n_head": 12}, "hidden_size"),
-    ({"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5,
-      "hidden_size": 4096}, "num_key_value_heads"),
-    ({"model_type": "gpt2", "batch_size": 0}, "batch_size"),
-    ({"model_type": "gpt2", "dtype": "int3"}, "dtype"),
-    ({"model_type": "gpt2", "n_layer": "12"}, "num_hidden_layers"),
-])
+@pytest.mark.parametrize(
+    "data, field",
+    [
+        ({"hidden_size": 10}, "model_type"),
+        ({"model_type": "t5"}, "model_type"),
+        ({"model_type": "gpt2", "n_embd": 100, "n_head": 12}, "hidden_size"),
+        (
+            {
+                "model_type": "llama",
+                "num_attention_heads": 32,
+                "num_key_value_heads": 5,
+                "hidden_size": 4096,
+            },
+            "num_key_value_heads",
+        ),
+        ({"model_type": "gpt2", "batch_size": 0}, "batch_size"),
+        ({"model_type": "gpt2", "dtype": "int3"}, "dtype"),
+        ({"model_type": "gpt2", "n_layer": "12"}, "num_hidden_layers"),
+    ],
+)
 def test_bad_config_names_the_field(data, field):
     with pytest.raises(InvalidInputError, match=field):
         config_from_dict(data)

@@ -30,12 +30,15 @@ def _graph(name: str, **changes):
     return build_graph(replace(load_model_config(name), **changes))
 
 
-@pytest.mark.parametrize("model, topo, mode", [
-    ("mlp-2layer", "dgx-a100:1", "train"),
-    ("mlp-2layer", "pcie-nvlink:2", "infer"),
-    ("gpt2", "dgx-a100:1", "train"),
-    ("gpt2", "ethernet:2", "infer"),
-])
+@pytest.mark.parametrize(
+    "model, topo, mode",
+    [
+        ("mlp-2layer", "dgx-a100:1", "train"),
+        ("mlp-2layer", "pcie-nvlink:2", "infer"),
+        ("gpt2", "dgx-a100:1", "train"),
+        ("gpt2", "ethernet:2", "infer"),
+    ],
+)
 def test_dp_equals_ilp_on_model_problems(model, topo, mode):
     graph = _graph(model, num_hidden_layers=2, batch_size=4, seq_length=128)
     t = preset(topo)
@@ -145,19 +148,24 @@ def test_bad_workloads_name_the_field(dgx2):
     with pytest.raises(InvalidInputError, match="batch_size"):
         search(_graph("gpt2", batch_size=3), dgx2)
     with pytest.raises(InvalidInputError, match="topology"):
-        search(_graph("mlp-2layer", batch_size=2, seq_length=1, hidden_size=2,
-                      intermediate_size=2), preset("dgx-a100:2"))
+        search(
+            _graph("mlp-2layer", batch_size=2, seq_length=1, hidden_size=2, intermediate_size=2),
+            preset("dgx-a100:2"),
+        )
     with pytest.raises(InvalidInputError, match="mode"):
         search(_graph("gpt2"), dgx2, mode="serve")
 
 
-@pytest.mark.parametrize("src, dst, kind, q", [
-    ((1, 1), (4, 1), "slice", 1),
-    ((4, 1), (1, 1), "all_gather", 4),
-    ((4, 2), (4, 1), "all_gather", 2),
-    ((8, 1), (1, 8), "all_to_all", 8),
-    ((2, 4), (4, 2), "all_to_all", 2),
-])
+@pytest.mark.parametrize(
+    "src, dst, kind, q",
+    [
+        ((1, 1), (4, 1), "slice", 1),
+        ((4, 1), (1, 1), "all_gather", 4),
+        ((4, 2), (4, 1), "all_gather", 2),
+        ((8, 1), (1, 8), "all_to_all", 8),
+        ((2, 4), (4, 2), "all_to_all", 2),
+    ],
+)
 def test_level_moves(src, dst, kind, q):
     move = level_move(src, dst)
     assert (move.collective, move.q) == (kind, q)
@@ -176,3 +184,21 @@ def test_plan_links_account_for_every_byte(gpt2_small, dgx2):
     busiest = max(plan.links, key=lambda k: k.busy_time_s)
     assert busiest.bytes > 0
     assert np.isclose(busiest.busy_time_s, busiest.bytes / (busiest.bandwidth_Bps * 0.8))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert-large", "llama3-8b", "mixtral-8x7b", "resnet50"])
+def test_search_objective_and_memory_match_the_report(name):
+    changes = (
+        {"batch_size": 8}
+        if name == "resnet50"
+        else {"num_hidden_layers": 3, "batch_size": 4, "seq_length": 128}
+    )
+    graph = _graph(name, **changes)
+    t = preset("dgx-a100:2")
+    links = LinkModel(t)
+    problem = build_problem(graph, t, "train", TopologyCost(links))
+    sol = solve_problem(problem)
+    memory = sum(float(problem.memory[n][i]) for n, i in sol.strategies.items())
+    plan = search(graph, t, memory_limit_bytes=1e15, links=links)
+    assert plan.total_time_s == pytest.approx(sol.cost, rel=1e-9)
+    assert plan.memory.total == pytest.approx(memory, rel=1e-12)

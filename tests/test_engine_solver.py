@@ -10,11 +10,20 @@ from hypothesis import strategies as st
 
 from taps_core.errors import InvalidInputError
 from taps_core.layered import min_plus_power
-from taps_core.solver import CostGraph, brute_force, ilp, min_plus, problem_from_json, reduce_to, solve
+from taps_core.solver import (
+    CostGraph,
+    brute_force,
+    ilp,
+    min_plus,
+    problem_from_json,
+    reduce_to,
+    solve,
+)
 
 
-def _problem(graph: nx.Graph, rng: np.random.Generator, *, max_s: int = 3,
-             forbid: float = 0.0) -> CostGraph:
+def _problem(
+    graph: nx.Graph, rng: np.random.Generator, *, max_s: int = 3, forbid: float = 0.0
+) -> CostGraph:
     costs = {str(n): rng.random(int(rng.integers(1, max_s + 1))) for n in graph.nodes}
     edges = []
     for u, v in graph.edges:
@@ -129,23 +138,39 @@ def test_selection_fast_paths_match_dense():
 
 
 def test_issue_example_problem():
-    p = problem_from_json({"nodes": [{"name": "a", "costs": [1.0, 2.0]},
-                                     {"name": "b", "costs": [0.0, 0.0]}],
-                           "edges": [{"src": "a", "dst": "b", "costs": [[0, 3], [3, 0]]}]})
+    p = problem_from_json(
+        {
+            "nodes": [{"name": "a", "costs": [1.0, 2.0]}, {"name": "b", "costs": [0.0, 0.0]}],
+            "edges": [{"src": "a", "dst": "b", "costs": [[0, 3], [3, 0]]}],
+        }
+    )
     sol = solve(p)
     assert sol.strategies == {"a": 0, "b": 0}
     assert sol.cost == 1.0
 
 
-@pytest.mark.parametrize("bad, field", [
-    ({"nodes": 3}, "problem"),
-    ({"nodes": [{"name": "a"}]}, "nodes[0]"),
-    ({"nodes": [{"name": "a", "costs": []}]}, "nodes[0].costs"),
-    ({"nodes": [{"name": "a", "costs": [1]}],
-      "edges": [{"src": "a", "dst": "z", "costs": [[1]]}]}, "edges[a->z]"),
-    ({"nodes": [{"name": "a", "costs": [1]}, {"name": "b", "costs": [1, 2]}],
-      "edges": [{"src": "a", "dst": "b", "costs": [[1]]}]}, "edges[a->b].costs"),
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        ({"nodes": 3}, "problem"),
+        ({"nodes": [{"name": "a"}]}, "nodes[0]"),
+        ({"nodes": [{"name": "a", "costs": []}]}, "nodes[0].costs"),
+        (
+            {
+                "nodes": [{"name": "a", "costs": [1]}],
+                "edges": [{"src": "a", "dst": "z", "costs": [[1]]}],
+            },
+            "edges[a->z]",
+        ),
+        (
+            {
+                "nodes": [{"name": "a", "costs": [1]}, {"name": "b", "costs": [1, 2]}],
+                "edges": [{"src": "a", "dst": "b", "costs": [[1]]}],
+            },
+            "edges[a->b].costs",
+        ),
+    ],
+)
 def test_bad_problems_name_the_field(bad, field):
     with pytest.raises(InvalidInputError, match=field.replace("[", r"\[").replace("]", r"\]")):
         problem_from_json(bad)

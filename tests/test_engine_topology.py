@@ -96,8 +96,10 @@ def test_degraded_nic_slows_cross_node_collectives():
 def test_cutting_an_nvlink_bridge_routes_over_pcie():
     topo = preset("pcie-nvlink:1")
     cut = topo.without_link("n0.gpu0", "n0.gpu1")
-    assert LinkModel(cut).pattern("intra", 2, "ring").beta_s_per_B > \
-        LinkModel(topo).pattern("intra", 2, "ring").beta_s_per_B
+    assert (
+        LinkModel(cut).pattern("intra", 2, "ring").beta_s_per_B
+        > LinkModel(topo).pattern("intra", 2, "ring").beta_s_per_B
+    )
 
 
 def test_link_loads_sum_per_rank_traffic():
@@ -108,9 +110,14 @@ def test_link_loads_sum_per_rank_traffic():
     assert p.loads[nvlink].sum() == pytest.approx(32)
 
 
-@pytest.mark.parametrize("spec, field", [
-    ("dgx-z100:2", "topology"), ("dgx-a100:0", "topology nodes"), ("dgx-a100:x", "topology"),
-])
+@pytest.mark.parametrize(
+    "spec, field",
+    [
+        ("dgx-z100:2", "topology"),
+        ("dgx-a100:0", "topology nodes"),
+        ("dgx-a100:x", "topology"),
+    ],
+)
 def test_bad_presets(spec, field):
     with pytest.raises(InvalidInputError, match=field):
         preset(spec)

@@ -10,12 +10,15 @@ Modules, one job each:
 - :mod:`validation.names` -- names and addresses of the namespaces and veths.
 - :mod:`validation.preflight` -- is this machine able to build the cluster (root, ip, tc, torch)?
 - :mod:`validation.cluster` -- ``cluster up`` / ``cluster down`` / status.
+- :mod:`validation.session` -- reuse the cluster that is up, or bring one up for one command.
 - :mod:`validation.launcher` and :mod:`validation.worker` -- run a function as gloo ranks.
 - :mod:`validation.rank_jobs` -- the functions the ranks run (timed, verified collectives).
+- :mod:`validation.benchmark` -- launch the timed collectives and summarise them.
 - :mod:`validation.formulas` -- ring alpha-beta formulas and a link-level prediction.
 - :mod:`validation.fit` -- medians of repeats and the least-squares alpha/beta fit.
 - :mod:`validation.calibrate` -- calibration run, topology JSON and raw measurements.
 - :mod:`validation.measure` -- measured vs predicted collective times.
+- :mod:`validation.engine_predict` -- the engine's own prediction where it applies.
 - :mod:`validation.cli` -- ``python -m validation ...``.
 """
 

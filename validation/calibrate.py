@@ -3,14 +3,16 @@
 Two groups are timed: the ranks of node 0 (same-node level, over loopback) and one rank per
 node (cross-node level, over the shaped veths). Each level's medians are fitted to the ring
 formulas of :mod:`validation.formulas` by :func:`validation.fit.fit_level`, pooled over the
-collective kinds. The topology is built by ``taps_core.topology.build_cluster`` with PCIe inside
-a node (bandwidth 1/beta_intra, latency alpha_intra/2 per link, i.e. alpha per GPU-switch-GPU
-step) and one NIC per node (bandwidth 1/beta_inter, latency alpha_inter/2 per link).
+collective kinds (all timed kinds by default, or ``fit_kinds``). The topology is built by
+``taps_core.topology.build_cluster`` with PCIe inside a node (bandwidth 1/beta_intra, latency
+alpha_intra/2 per link, i.e. alpha per GPU-switch-GPU step) and one NIC per node (bandwidth
+1/beta_inter, latency alpha_inter/2 per link).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import time
 from pathlib import Path
@@ -61,22 +63,30 @@ def run_calibration(
     rate_mbit: float,
     sizes: list[int] | None = None,
     kinds: list[str] | None = None,
+    fit_kinds: list[str] | None = None,
     repeats: int = 5,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Time the calibration groups on the cluster that is up and fit both levels.
 
+    ``kinds`` are timed; ``fit_kinds`` (default: all of ``kinds``) are pooled into the fit.
     Returns the raw-measurements document (format :data:`MEASUREMENTS_FORMAT`): ``meta``,
-    ``fits`` (pooled, used for the topology), ``fits_per_kind`` (diagnostic) and ``rows``.
+    ``fits`` (pooled, used for the topology), ``fits_per_kind`` (diagnostic), ``rows``
+    (medians) and ``records`` (every rank's every repeat).
     """
     sizes = sizes or DEFAULT_SIZES
+    if len(set(sizes)) < 2:
+        raise ValueError(f"calibration needs >= 2 different sizes to fit alpha and beta: {sizes}")
     kinds = kinds or CALIBRATION_KINDS
+    fit_kinds = fit_kinds or kinds
+    if not set(fit_kinds) <= set(kinds):
+        raise ValueError(f"fit kinds {fit_kinds} must be among the timed kinds {kinds}")
     started = time.time()
     bench = run_benchmark(nodes=nodes, ranks_per_node=ranks_per_node,
                           scenarios=calibration_scenarios(nodes, ranks_per_node),
                           kinds=kinds, sizes=sizes, repeats=repeats, timeout_s=timeout_s)
     rows = bench["rows"]
-    fits = fit_levels(rows)
+    fits = fit_levels(rows, fit_kinds)
     per_kind: dict[str, dict[str, Any]] = {}
     for kind in kinds:
         try:
@@ -85,7 +95,8 @@ def run_calibration(
             per_kind[kind] = {"error": str(err)}
     return {
         "format": MEASUREMENTS_FORMAT,
-        "meta": _meta(nodes, ranks_per_node, rate_mbit, sizes, kinds, repeats, started),
+        "meta": {**_meta(nodes, ranks_per_node, rate_mbit, sizes, kinds, repeats, started),
+                 "fit_kinds": fit_kinds},
         "fits": {lv: f.to_dict() for lv, f in fits.items()},
         "fits_per_kind": per_kind,
         "rows": rows,
@@ -116,6 +127,7 @@ def _meta(nodes: int, ranks_per_node: int, rate_mbit: float, sizes: list[int],
         "kernel": platform.release(),
         "started_unix_s": started,
         "duration_s": time.time() - started,
+        "loadavg_1min_end": os.getloadavg()[0],
     }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("--timeout-s", type=_positive_float, default=DEFAULT_TIMEOUT_S,
                        help="bound on one launch of the ranks, seconds")
         q.add_argument("--out", type=Path, required=True)
+        q.add_argument("--fit-kinds", type=parse_kinds, default=None,
+                       help="collectives pooled into the alpha/beta fit (default: all timed "
+                            "calibration kinds; e.g. all_reduce to fit the link on the "
+                            "collective gloo runs at line rate)")
 
     cal = sub.add_parser("calibrate", help="fit alpha/beta per level; write a topology JSON")
     common(cal, repeats=5)
@@ -109,6 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="calibration measurements or topology JSON; default: calibrate first "
                           "and write OUT-stem.topology.json next to OUT")
     return p
+
+
+BUSY_LOADAVG = 1.0
+
+
+def _warn_if_busy() -> None:
+    """Timings need a quiet machine: say so when other work is already running."""
+    load = os.getloadavg()[0]
+    if load > BUSY_LOADAVG:
+        print(f"validation: warning: 1-minute load average is {load:.1f}; other work on the "
+              "cores inflates and scatters the timings", file=sys.stderr)
 
 
 def _unsupported(reason: str) -> int:
@@ -134,10 +150,12 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from validation import calibrate, session
 
+    _warn_if_busy()
     with session.ensure_cluster(args.nodes, args.ranks_per_node, args.rate_mbit) as state:
         result = calibrate.run_calibration(
             nodes=args.nodes, ranks_per_node=args.ranks_per_node, rate_mbit=state.rate_mbit,
-            sizes=args.sizes, kinds=args.kinds, repeats=args.repeats, timeout_s=args.timeout_s)
+            sizes=args.sizes, kinds=args.kinds, fit_kinds=args.fit_kinds, repeats=args.repeats,
+            timeout_s=args.timeout_s)
     topo, raw = calibrate.write_outputs(args.out, result)
     _print_fits(result)
     print(f"wrote {topo} and {raw}")
@@ -155,6 +173,7 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     from validation import calibrate, measure, session
     from validation.formulas import LevelParams
 
+    _warn_if_busy()
     scenarios = [s.strip() for s in args.scenarios.split(",")] if args.scenarios else None
     sizes = args.sizes or calibrate.DEFAULT_SIZES
     with session.ensure_cluster(args.nodes, args.ranks_per_node, args.rate_mbit) as state:
@@ -163,7 +182,8 @@ def _cmd_measure(args: argparse.Namespace) -> int:
         else:
             cal = calibrate.run_calibration(
                 nodes=args.nodes, ranks_per_node=args.ranks_per_node, rate_mbit=state.rate_mbit,
-                sizes=sizes, repeats=args.repeats, timeout_s=args.timeout_s)
+                sizes=sizes, fit_kinds=args.fit_kinds, repeats=args.repeats,
+                timeout_s=args.timeout_s)
             topo_path = args.out.with_name(args.out.stem + ".topology.json")
             _, raw = calibrate.write_outputs(topo_path, cal)
             _print_fits(cal)

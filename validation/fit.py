@@ -69,33 +69,57 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def fit_level(samples: list[Sample]) -> LevelFit:
-    """Least-squares alpha and beta over ``samples``, minimising relative error.
+LARGE_BYTES = 2**20
 
-    Each sample gives ``steps * alpha + bytes_per_rank * beta = seconds`` (ring formulas);
-    rows are divided by ``seconds`` so small and large messages weigh alike. A negative alpha
-    is clamped to 0 (beta refitted alone). Raises ValueError without a positive beta.
+
+def _joint(rows: list[tuple[float, float]]) -> tuple[float, float]:
+    """Relative least squares of ``a * alpha + b * beta = 1`` over ``(a, b)`` rows.
+
+    A negative alpha (or a singular system) is clamped to alpha = 0 with beta refitted alone.
     """
-    rows = [(ring_steps(s.kind, s.p) / s.seconds,
-             ring_bytes_per_rank(s.kind, s.p, s.size_bytes) / s.seconds)
-            for s in samples if s.seconds > 0 and s.p > 1]
-    if len(rows) < 2:
-        raise ValueError(f"need >= 2 timed samples with p > 1 to fit, got {len(rows)}")
     saa = sum(a * a for a, _ in rows)
     sab = sum(a * b for a, b in rows)
     sbb = sum(b * b for _, b in rows)
     sa = sum(a for a, _ in rows)
     sb = sum(b for _, b in rows)
     det = saa * sbb - sab * sab
-    alpha, beta = -1.0, 0.0
-    if det > 0:
+    if det > 1e-12 * saa * sbb:
         alpha = (sa * sbb - sb * sab) / det
         beta = (saa * sb - sab * sa) / det
-    if alpha < 0 or det <= 0:
-        alpha, beta = 0.0, sb / sbb
+        if alpha >= 0:
+            return alpha, beta
+    return 0.0, sb / sbb
+
+
+def fit_level(samples: list[Sample], large_bytes: int = LARGE_BYTES) -> LevelFit:
+    """Least-squares alpha (s per step) and beta (s per byte) over ``samples``.
+
+    Each sample gives ``steps * alpha + bytes_per_rank * beta = seconds`` (ring formulas); rows
+    are divided by ``seconds`` so that the fit minimises relative error. With at least two
+    samples of ``size_bytes >= large_bytes`` and one smaller, the fit runs in two stages:
+    beta (with a free intercept) from the large messages, where bandwidth dominates, then
+    alpha from the small ones with beta fixed, where latency dominates. Otherwise alpha and
+    beta are fitted jointly. Alpha is never negative. Raises ValueError without a positive beta.
+    """
+    usable = [s for s in samples if s.seconds > 0 and s.p > 1]
+    if len(usable) < 2:
+        raise ValueError(f"need >= 2 timed samples with p > 1 to fit, got {len(usable)}")
+
+    def row(s: Sample) -> tuple[float, float]:
+        return (ring_steps(s.kind, s.p) / s.seconds,
+                ring_bytes_per_rank(s.kind, s.p, s.size_bytes) / s.seconds)
+
+    large = [row(s) for s in usable if s.size_bytes >= large_bytes]
+    small = [row(s) for s in usable if s.size_bytes < large_bytes]
+    if len(large) >= 2 and small:
+        _, beta = _joint(large)
+        # alpha minimising sum((a * alpha + b * beta - 1)^2) over the small messages
+        alpha = max(0.0, sum(a * (1.0 - b * beta) for a, b in small)
+                    / sum(a * a for a, _ in small))
+    else:
+        alpha, beta = _joint(large + small)
     if beta <= 0:
         raise ValueError("fit gave no positive beta: timings do not grow with message size")
-    params = LevelParams(alpha, beta)
-    rel = [a * alpha + b * beta - 1.0 for a, b in rows]
-    return LevelFit(params, len(rows), math.sqrt(sum(e * e for e in rel) / len(rel)),
-                    max(abs(e) for e in rel))
+    rel = [a * alpha + b * beta - 1.0 for a, b in large + small]
+    return LevelFit(LevelParams(alpha, beta), len(rel),
+                    math.sqrt(sum(e * e for e in rel) / len(rel)), max(abs(e) for e in rel))

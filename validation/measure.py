@@ -21,6 +21,7 @@ calibrated topology where the engine can express the scenario (see
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,7 @@ def run_measurement(
             "shaped_Bps": shaped_Bps, "sizes_bytes": sizes, "kinds": kinds,
             "scenarios": chosen, "repeats": repeats, "backend": "gloo",
             "started_unix_s": started, "duration_s": time.time() - started,
+            "loadavg_1min_end": os.getloadavg()[0],
             "error_pct": "100 * (predicted - measured median) / measured median",
         },
         "calibration": {"source": calibration_source, **levels},

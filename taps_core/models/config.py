@@ -60,7 +60,10 @@ class ModelConfig:
         return self.intermediate_size or 4 * self.hidden_size
 
     def with_workload(
-        self, *, batch_size: int | None = None, seq_length: int | None = None,
+        self,
+        *,
+        batch_size: int | None = None,
+        seq_length: int | None = None,
         dtype: str | None = None,
     ) -> ModelConfig:
         """A copy with the workload overridden (None keeps the current value)."""
@@ -74,8 +77,15 @@ class ModelConfig:
 
 
 _INT_FIELDS = (
-    "hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size",
-    "max_position_embeddings", "batch_size", "seq_length", "embedding_size", "num_labels",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "vocab_size",
+    "max_position_embeddings",
+    "batch_size",
+    "seq_length",
+    "embedding_size",
+    "num_labels",
     "image_size",
 )
 
@@ -91,30 +101,44 @@ def validate_config(cfg: ModelConfig) -> ModelConfig:
     if cfg.model_type in TRANSFORMER_TYPES:
         if cfg.hidden_size % cfg.num_attention_heads:
             raise InvalidInputError(
-                "hidden_size", cfg.hidden_size,
-                f"divisible by num_attention_heads ({cfg.num_attention_heads})")
+                "hidden_size",
+                cfg.hidden_size,
+                f"divisible by num_attention_heads ({cfg.num_attention_heads})",
+            )
         if cfg.num_attention_heads % cfg.kv_heads:
             raise InvalidInputError(
-                "num_key_value_heads", cfg.num_key_value_heads,
-                f"a divisor of num_attention_heads ({cfg.num_attention_heads})")
+                "num_key_value_heads",
+                cfg.num_key_value_heads,
+                f"a divisor of num_attention_heads ({cfg.num_attention_heads})",
+            )
         if cfg.seq_length > cfg.max_position_embeddings and cfg.model_type in ("gpt2", "bert"):
             raise InvalidInputError(
-                "seq_length", cfg.seq_length,
-                f"<= max_position_embeddings ({cfg.max_position_embeddings})")
+                "seq_length",
+                cfg.seq_length,
+                f"<= max_position_embeddings ({cfg.max_position_embeddings})",
+            )
         if cfg.num_local_experts:
             check_positive_int("num_experts_per_tok", cfg.num_experts_per_tok)
             if cfg.num_experts_per_tok > cfg.num_local_experts:
-                raise InvalidInputError("num_experts_per_tok", cfg.num_experts_per_tok,
-                                        f"<= num_local_experts ({cfg.num_local_experts})")
+                raise InvalidInputError(
+                    "num_experts_per_tok",
+                    cfg.num_experts_per_tok,
+                    f"<= num_local_experts ({cfg.num_local_experts})",
+                )
     if cfg.model_type == "resnet" and len(cfg.hidden_sizes) != len(cfg.depths):
         raise InvalidInputError("depths", cfg.depths, "as many entries as hidden_sizes")
     return cfg
 
 
 _ALIASES = {
-    "n_embd": "hidden_size", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
-    "n_positions": "max_position_embeddings", "n_inner": "intermediate_size",
-    "torch_dtype": "dtype", "micro_batch_size": "batch_size", "seq_len": "seq_length",
+    "n_embd": "hidden_size",
+    "n_layer": "num_hidden_layers",
+    "n_head": "num_attention_heads",
+    "n_positions": "max_position_embeddings",
+    "n_inner": "intermediate_size",
+    "torch_dtype": "dtype",
+    "micro_batch_size": "batch_size",
+    "seq_len": "seq_length",
 }
 
 
@@ -153,9 +177,13 @@ def load_config_file(path: str | Path) -> ModelConfig:
     """Parse a config.json file (bounded size; plain JSON only, never code)."""
     p = Path(path)
     if not p.is_file():
-        raise InvalidInputError("model", str(path), "a sample model name or an existing config.json")
+        raise InvalidInputError(
+            "model", str(path), "a sample model name or an existing config.json"
+        )
     if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise InvalidInputError("model config size", p.stat().st_size, f"<= {MAX_CONFIG_BYTES} bytes")
+        raise InvalidInputError(
+            "model config size", p.stat().st_size, f"<= {MAX_CONFIG_BYTES} bytes"
+        )
     return config_from_text(p.read_bytes(), name=p.stem if p.stem != "config" else None)
 
 
@@ -166,5 +194,7 @@ def config_from_text(text: str | bytes, *, name: str | None = None) -> ModelConf
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InvalidInputError("model config JSON", str(err).split("\n")[0], "valid JSON") from None
+        raise InvalidInputError(
+            "model config JSON", str(err).split("\n")[0], "valid JSON"
+        ) from None
     return config_from_dict(data, name=name)

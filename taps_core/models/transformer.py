@@ -29,16 +29,33 @@ class _Builder:
         self.tensors[name] = TensorSpec(name, shape, dtype_bytes, requires_grad=False)
         return name
 
-    def op(self, name: str, kind: str, einsum: str, inputs: tuple[str, ...],
-           out_shape: tuple[int, ...], layer: int | None, **extra: object) -> str:
+    def op(
+        self,
+        name: str,
+        kind: str,
+        einsum: str,
+        inputs: tuple[str, ...],
+        out_shape: tuple[int, ...],
+        layer: int | None,
+        **extra: object,
+    ) -> str:
         self.tensors[name] = TensorSpec(name, out_shape, self.cfg.dtype_bytes)
         self.ops.append(OpSpec(name, kind, einsum, inputs, name, layer, **extra))  # type: ignore[arg-type]
         return name
 
 
-def _linear(bld: _Builder, name: str, x: str, terms: tuple[str, str, str],
-            w_shape: tuple[int, ...], out_shape: tuple[int, ...], layer: int | None,
-            role: str | None, bias: bool, **extra: object) -> str:
+def _linear(
+    bld: _Builder,
+    name: str,
+    x: str,
+    terms: tuple[str, str, str],
+    w_shape: tuple[int, ...],
+    out_shape: tuple[int, ...],
+    layer: int | None,
+    role: str | None,
+    bias: bool,
+    **extra: object,
+) -> str:
     """Matmul ``x @ W (+ b)``; terms = (x letters, weight letters, output letters)."""
     xs, ws, os_ = terms
     w = bld.param(f"{name}.weight", w_shape)
@@ -46,10 +63,19 @@ def _linear(bld: _Builder, name: str, x: str, terms: tuple[str, str, str],
         bias_letters = "".join(ch for ch in os_ if ch in ws)
         bshape = tuple(out_shape[os_.index(ch)] for ch in bias_letters)
         b = bld.param(f"{name}.bias", bshape)
-        return bld.op(name, "matmul", f"{xs},{ws},{bias_letters}->{os_}", (x, w, b), out_shape,
-                      layer, tp_role=role, **extra)
-    return bld.op(name, "matmul", f"{xs},{ws}->{os_}", (x, w), out_shape, layer, tp_role=role,
-                  **extra)
+        return bld.op(
+            name,
+            "matmul",
+            f"{xs},{ws},{bias_letters}->{os_}",
+            (x, w, b),
+            out_shape,
+            layer,
+            tp_role=role,
+            **extra,
+        )
+    return bld.op(
+        name, "matmul", f"{xs},{ws}->{os_}", (x, w), out_shape, layer, tp_role=role, **extra
+    )
 
 
 def _norm(bld: _Builder, name: str, x: str, layer: int | None, rms: bool) -> str:
@@ -59,8 +85,9 @@ def _norm(bld: _Builder, name: str, x: str, layer: int | None, rms: bool) -> str
     if rms:
         return bld.op(name, "norm", "bsm,m->bsm", (x, w), shape, layer, stat_letters=frozenset("m"))
     b = bld.param(f"{name}.bias", (m,))
-    return bld.op(name, "norm", "bsm,m,m->bsm", (x, w, b), shape, layer,
-                  stat_letters=frozenset("m"))
+    return bld.op(
+        name, "norm", "bsm,m,m->bsm", (x, w, b), shape, layer, stat_letters=frozenset("m")
+    )
 
 
 def _attention(bld: _Builder, x: str, lay: int, bias: bool) -> str:
@@ -69,11 +96,25 @@ def _attention(bld: _Builder, x: str, lay: int, bias: bool) -> str:
     N, K = cfg.num_attention_heads, cfg.kv_heads
     D = M // N
     p = f"L{lay}.attn"
-    q = _linear(bld, f"{p}.q", x, ("bsm", "mnd", "bsnd"), (M, N, D), (B, S, N, D), lay, "column", bias)
-    k = _linear(bld, f"{p}.k", x, ("bsm", "mnd", "bsnd"), (M, K, D), (B, S, K, D), lay, "column", bias)
-    v = _linear(bld, f"{p}.v", x, ("bsm", "mnd", "bsnd"), (M, K, D), (B, S, K, D), lay, "column", bias)
-    a = bld.op(f"{p}.core", "attention", "bsnd,btnd,btnd->bsnd", (q, k, v), (B, S, N, D), lay,
-               fixed=ATTN_FIXED, flops_factor=4.0)
+    q = _linear(
+        bld, f"{p}.q", x, ("bsm", "mnd", "bsnd"), (M, N, D), (B, S, N, D), lay, "column", bias
+    )
+    k = _linear(
+        bld, f"{p}.k", x, ("bsm", "mnd", "bsnd"), (M, K, D), (B, S, K, D), lay, "column", bias
+    )
+    v = _linear(
+        bld, f"{p}.v", x, ("bsm", "mnd", "bsnd"), (M, K, D), (B, S, K, D), lay, "column", bias
+    )
+    a = bld.op(
+        f"{p}.core",
+        "attention",
+        "bsnd,btnd,btnd->bsnd",
+        (q, k, v),
+        (B, S, N, D),
+        lay,
+        fixed=ATTN_FIXED,
+        flops_factor=4.0,
+    )
     return _linear(bld, f"{p}.o", a, ("bsnd", "ndm", "bsm"), (N, D, M), (B, S, M), lay, "row", bias)
 
 
@@ -83,8 +124,9 @@ def _mlp(bld: _Builder, x: str, lay: int, gated: bool, bias: bool) -> str:
     p = f"L{lay}.mlp"
     up = _linear(bld, f"{p}.up", x, ("bsm", "mf", "bsf"), (M, F), (B, S, F), lay, "column", bias)
     if gated:
-        gate = _linear(bld, f"{p}.gate", x, ("bsm", "mf", "bsf"), (M, F), (B, S, F), lay, "column",
-                       bias)
+        gate = _linear(
+            bld, f"{p}.gate", x, ("bsm", "mf", "bsf"), (M, F), (B, S, F), lay, "column", bias
+        )
         act = bld.op(f"{p}.swiglu", "elementwise", "bsf,bsf->bsf", (gate, up), (B, S, F), lay)
     else:
         act = bld.op(f"{p}.gelu", "elementwise", "bsf->bsf", (up,), (B, S, F), lay)
@@ -98,19 +140,34 @@ def _moe(bld: _Builder, x: str, lay: int) -> str:
     E, top = cfg.num_local_experts, cfg.num_experts_per_tok
     C = max(1, B * S * top // E)  # tokens per expert at capacity factor 1
     p = f"L{lay}.moe"
-    probs = _linear(bld, f"{p}.router", x, ("bsm", "me", "bse"), (M, E), (B, S, E), lay, None, False)
-    # the hidden width is not split across the token/expert reshuffle (fixed m); the router's
-    # expert scores (x) are read whole by each token
-    xe = bld.op(f"{p}.dispatch", "moe_dispatch", "bsm,bsx->ecm", (x, probs), (E, C, M), lay,
-                fixed=frozenset("mx"))
-    gate = _linear(bld, f"{p}.gate", xe, ("ecm", "emf", "ecf"), (E, M, F), (E, C, F), lay, "column",
-                   False)
-    up = _linear(bld, f"{p}.up", xe, ("ecm", "emf", "ecf"), (E, M, F), (E, C, F), lay, "column", False)
+    probs = _linear(
+        bld, f"{p}.router", x, ("bsm", "me", "bse"), (M, E), (B, S, E), lay, None, False
+    )
+    # the hidden width is not split across the token/expert reshuffle (fixed m). Dispatch needs
+    # only the routing decisions (tokens x top-k integers, neglected); combine weighs the expert
+    # outputs by the router's scores (x), read whole by each token
+    xe = bld.op(
+        f"{p}.dispatch", "moe_dispatch", "bsm->ecm", (x,), (E, C, M), lay, fixed=frozenset("m")
+    )
+    gate = _linear(
+        bld, f"{p}.gate", xe, ("ecm", "emf", "ecf"), (E, M, F), (E, C, F), lay, "column", False
+    )
+    up = _linear(
+        bld, f"{p}.up", xe, ("ecm", "emf", "ecf"), (E, M, F), (E, C, F), lay, "column", False
+    )
     act = bld.op(f"{p}.swiglu", "elementwise", "ecf,ecf->ecf", (gate, up), (E, C, F), lay)
-    down = _linear(bld, f"{p}.down", act, ("ecf", "efm", "ecm"), (E, F, M), (E, C, M), lay, "row",
-                   False)
-    return bld.op(f"{p}.combine", "moe_combine", "ecm,bsx->bsm", (down, probs), (B, S, M), lay,
-                  fixed=frozenset("mx"))
+    down = _linear(
+        bld, f"{p}.down", act, ("ecf", "efm", "ecm"), (E, F, M), (E, C, M), lay, "row", False
+    )
+    return bld.op(
+        f"{p}.combine",
+        "moe_combine",
+        "ecm,bsx->bsm",
+        (down, probs),
+        (B, S, M),
+        lay,
+        fixed=frozenset("mx"),
+    )
 
 
 def build_transformer(cfg: ModelConfig) -> OpGraph:
@@ -125,22 +182,40 @@ def build_transformer(cfg: ModelConfig) -> OpGraph:
     x = bld.op("embed", "embedding", "bs,vm->bsm", (ids, wte), (B, S, M), None)
     if not llama:
         wpe = bld.param("wpe", (cfg.max_position_embeddings, M))
-        x = bld.op("embed_pos", "embedding", "bsm,pm->bsm", (x, wpe), (B, S, M), None,
-                   fixed=frozenset("p"))
+        x = bld.op(
+            "embed_pos", "embedding", "bsm,pm->bsm", (x, wpe), (B, S, M), None, fixed=frozenset("p")
+        )
     if bert:
         if cfg.type_vocab_size:
             wtt = bld.param("wtt", (cfg.type_vocab_size, M))
-            x = bld.op("embed_type", "embedding", "bsm,pm->bsm", (x, wtt), (B, S, M), None,
-                       fixed=frozenset("p"))
+            x = bld.op(
+                "embed_type",
+                "embedding",
+                "bsm,pm->bsm",
+                (x, wtt),
+                (B, S, M),
+                None,
+                fixed=frozenset("p"),
+            )
         x = _norm(bld, "embed_ln", x, None, rms=False)
     for lay in range(cfg.num_hidden_layers):
         if bert:  # post-norm: x = LN(x + f(x))
             a = _attention(bld, x, lay, bias)
-            x = _norm(bld, f"L{lay}.ln1", bld.op(f"L{lay}.add1", "elementwise", "bsm,bsm->bsm",
-                                                  (x, a), (B, S, M), lay), lay, rms=False)
+            x = _norm(
+                bld,
+                f"L{lay}.ln1",
+                bld.op(f"L{lay}.add1", "elementwise", "bsm,bsm->bsm", (x, a), (B, S, M), lay),
+                lay,
+                rms=False,
+            )
             h = _mlp(bld, x, lay, gated=False, bias=True)
-            x = _norm(bld, f"L{lay}.ln2", bld.op(f"L{lay}.add2", "elementwise", "bsm,bsm->bsm",
-                                                  (x, h), (B, S, M), lay), lay, rms=False)
+            x = _norm(
+                bld,
+                f"L{lay}.ln2",
+                bld.op(f"L{lay}.add2", "elementwise", "bsm,bsm->bsm", (x, h), (B, S, M), lay),
+                lay,
+                rms=False,
+            )
             continue
         a = _attention(bld, _norm(bld, f"L{lay}.ln1", x, lay, rms=llama), lay, bias)
         x = bld.op(f"L{lay}.add1", "elementwise", "bsm,bsm->bsm", (x, a), (B, S, M), lay)
@@ -151,7 +226,9 @@ def build_transformer(cfg: ModelConfig) -> OpGraph:
         x = _norm(bld, "ln_f", x, None, rms=llama)
     tied = cfg.tie_word_embeddings
     head = bld.param("lm_head.weight", (V, M), tied=tied)
-    logits = bld.op("lm_head", "matmul", "bsm,vm->bsv", (x, head), (B, S, V), None, tp_role="column")
+    logits = bld.op(
+        "lm_head", "matmul", "bsm,vm->bsv", (x, head), (B, S, V), None, tp_role="column"
+    )
     labels = bld.data("labels", (B, S))
     bld.op("loss", "loss", "bsv,bs->bs", (logits, labels), (B, S), None)
     bld.tensors["loss"] = TensorSpec("loss", (B, S), 4)  # the loss is kept in fp32

@@ -25,8 +25,16 @@ class _Net:
         self.tensors[name] = TensorSpec(name, shape, self.cfg.dtype_bytes, is_param=True)
         return name
 
-    def add(self, name: str, kind: str, einsum: str, inputs: tuple[str, ...],
-            shape: tuple[int, ...], layer: int | None, **extra: object) -> str:
+    def add(
+        self,
+        name: str,
+        kind: str,
+        einsum: str,
+        inputs: tuple[str, ...],
+        shape: tuple[int, ...],
+        layer: int | None,
+        **extra: object,
+    ) -> str:
         self.tensors[name] = TensorSpec(name, shape, self.cfg.dtype_bytes)
         self.ops.append(OpSpec(name, kind, einsum, inputs, name, layer, **extra))  # type: ignore[arg-type]
         return name
@@ -36,10 +44,20 @@ class _Net:
         ho, wo = -(-hh // stride), -(-ww // stride)
         w = self.param(f"{name}.weight", (k, c, size, size))
         flops = 2.0 * b * k * ho * wo * c * size * size
-        out = self.add(name, "conv", "bcyx,kcrq->bkhw", (x, w), (b, k, ho, wo), layer,
-                       fixed=_SPATIAL, fwd_flops=flops)
+        out = self.add(
+            name,
+            "conv",
+            "bcyx,kcrq->bkhw",
+            (x, w),
+            (b, k, ho, wo),
+            layer,
+            fixed=_SPATIAL,
+            fwd_flops=flops,
+        )
         g, beta = self.param(f"{name}.bn.weight", (k,)), self.param(f"{name}.bn.bias", (k,))
-        return self.add(f"{name}.bn", "norm", "bkhw,k,k->bkhw", (out, g, beta), (b, k, ho, wo), layer)
+        return self.add(
+            f"{name}.bn", "norm", "bkhw,k,k->bkhw", (out, g, beta), (b, k, ho, wo), layer
+        )
 
     def relu(self, name: str, x: str, layer: int | None) -> str:
         shape = self.tensors[x].shape
@@ -54,8 +72,9 @@ def build_resnet(cfg: ModelConfig) -> OpGraph:
     net.tensors[img] = TensorSpec(img, (B, 3, R, R), cfg.dtype_bytes, requires_grad=False)
     x = net.relu("stem.relu", net.conv("stem.conv", img, cfg.embedding_size, 7, 2, None), None)
     b, c, hh, ww = net.tensors[x].shape
-    x = net.add("stem.pool", "pool", "bkyx->bkhw", (x,), (b, c, hh // 2, ww // 2), None,
-                fixed=_SPATIAL)
+    x = net.add(
+        "stem.pool", "pool", "bkyx->bkhw", (x,), (b, c, hh // 2, ww // 2), None, fixed=_SPATIAL
+    )
     block = 0
     for stage, (width_out, depth) in enumerate(zip(cfg.hidden_sizes, cfg.depths)):
         width = width_out // 4
@@ -67,15 +86,25 @@ def build_resnet(cfg: ModelConfig) -> OpGraph:
             y = net.conv(f"{p}.conv3", y, width_out, 1, 1, block)
             short = x if i > 0 else net.conv(f"{p}.proj", x, width_out, 1, stride, block)
             shape = net.tensors[y].shape
-            x = net.relu(f"{p}.relu3", net.add(f"{p}.add", "elementwise", "bkhw,bkhw->bkhw",
-                                                (y, short), shape, block), block)
+            x = net.relu(
+                f"{p}.relu3",
+                net.add(f"{p}.add", "elementwise", "bkhw,bkhw->bkhw", (y, short), shape, block),
+                block,
+            )
             block += 1
     b, c, _, _ = net.tensors[x].shape
     pooled = net.add("head.pool", "pool", "bkhw->bk", (x,), (b, c), None, fixed=_SPATIAL)
     w = net.param("head.fc.weight", (c, cfg.num_labels))
     bias = net.param("head.fc.bias", (cfg.num_labels,))
-    logits = net.add("head.fc", "matmul", "bk,kl,l->bl", (pooled, w, bias), (b, cfg.num_labels),
-                     None, tp_role="column")
+    logits = net.add(
+        "head.fc",
+        "matmul",
+        "bk,kl,l->bl",
+        (pooled, w, bias),
+        (b, cfg.num_labels),
+        None,
+        tp_role="column",
+    )
     labels = "labels"
     net.tensors[labels] = TensorSpec(labels, (b,), 4, requires_grad=False)
     net.add("loss", "loss", "bl,b->b", (logits, labels), (b,), None)
@@ -97,10 +126,22 @@ def build_mlp(cfg: ModelConfig) -> OpGraph:
         "fc2": TensorSpec("fc2", (B, S, M), db),
     }
     ops = (
-        OpSpec("fc1", "matmul", "bsm,mf,f->bsf", ("x", "fc1.weight", "fc1.bias"), "fc1",
-               tp_role="column"),
+        OpSpec(
+            "fc1",
+            "matmul",
+            "bsm,mf,f->bsf",
+            ("x", "fc1.weight", "fc1.bias"),
+            "fc1",
+            tp_role="column",
+        ),
         OpSpec("gelu", "elementwise", "bsf->bsf", ("fc1",), "gelu"),
-        OpSpec("fc2", "matmul", "bsf,fm,m->bsm", ("gelu", "fc2.weight", "fc2.bias"), "fc2",
-               tp_role="row"),
+        OpSpec(
+            "fc2",
+            "matmul",
+            "bsf,fm,m->bsm",
+            ("gelu", "fc2.weight", "fc2.bias"),
+            "fc2",
+            tp_role="row",
+        ),
     )
     return OpGraph(cfg.name, t, ops, meta={"config": cfg})

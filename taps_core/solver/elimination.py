@@ -20,7 +20,7 @@ import numpy as np
 
 from taps_core.solver.problem import CostGraph, Solution
 
-CHUNK_ELEMENTS = 1 << 22  # bound on temporary array size of one min-plus chunk
+CHUNK_ELEMENTS = 1 << 18  # temporaries of one min-plus chunk stay cache-sized (2 MiB)
 Record = tuple  # ("root", v, s) | ("leaf", v, u, arg[S_u]) | ("series", v, u, w, arg[S_u,S_w])
 
 
@@ -35,8 +35,13 @@ class _State:
     branches: int = 0
 
     def copy(self) -> _State:
-        return _State(dict(self.costs), {k: dict(v) for k, v in self.adj.items()},
-                      self.constant, list(self.records), self.branches)
+        return _State(
+            dict(self.costs),
+            {k: dict(v) for k, v in self.adj.items()},
+            self.constant,
+            list(self.records),
+            self.branches,
+        )
 
     def add_edge(self, u: str, v: str, m: np.ndarray) -> None:
         if v in self.adj[u]:
@@ -85,14 +90,16 @@ def min_plus(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> tuple[np.ndarray,
     right = mid[:, None] + b  # [j, k]
     step = max(1, CHUNK_ELEMENTS // max(1, n_j * n_k))
     for start in range(0, n_i, step):
-        block = a[start:start + step, :, None] + right[None, :, :]  # [i, j, k]
+        block = a[start : start + step, :, None] + right[None, :, :]  # [i, j, k]
         idx = block.argmin(axis=1)
-        arg[start:start + step] = idx
-        out[start:start + step] = np.take_along_axis(block, idx[:, None, :], axis=1)[:, 0, :]
+        arg[start : start + step] = idx
+        out[start : start + step] = np.take_along_axis(block, idx[:, None, :], axis=1)[:, 0, :]
     return out, arg
 
 
-def _min_plus_select(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _min_plus_select(
+    a: np.ndarray, mid: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """min_plus when each row j of ``b`` has exactly one finite entry (j selects one k)."""
     col = np.isfinite(b).argmax(axis=1)
     val = b[np.arange(len(col)), col]
@@ -188,7 +195,9 @@ def _recover(st: _State, kept: dict[str, int]) -> dict[str, int]:
     return chosen
 
 
-def _solve_state(st: _State, keep: tuple[str, ...]) -> tuple[np.ndarray, Callable[[tuple[int, ...]], dict[str, int]], int]:
+def _solve_state(
+    st: _State, keep: tuple[str, ...]
+) -> tuple[np.ndarray, Callable[[tuple[int, ...]], dict[str, int]], int]:
     """Eliminate (branching where needed); return kept table, recover function, branch count."""
     _eliminate(st, frozenset(keep))
     rest = [n for n in st.costs if n not in keep]
@@ -243,7 +252,9 @@ def solve(problem: CostGraph) -> Solution:
     return Solution(ordered, float(table), {"branches": branches})
 
 
-def reduce_to(problem: CostGraph, keep: tuple[str, ...]) -> tuple[np.ndarray, Callable[[tuple[int, ...]], dict[str, int]]]:
+def reduce_to(
+    problem: CostGraph, keep: tuple[str, ...]
+) -> tuple[np.ndarray, Callable[[tuple[int, ...]], dict[str, int]]]:
     """Eliminate every node but ``keep`` (at most two): the minimum total cost as a table over
     the kept nodes' strategies, and a function giving every node's strategy for a kept choice."""
     if len(keep) > 2:

@@ -78,8 +78,9 @@ def problem_from_json(data: Any) -> CostGraph:
     for i, edge in enumerate(data.get("edges", [])):
         if not isinstance(edge, dict) or not {"src", "dst", "costs"} <= set(edge):
             raise InvalidInputError(f"edges[{i}]", edge, 'an object with "src", "dst", "costs"')
-        edges.append((str(edge["src"]), str(edge["dst"]),
-                      _numbers(edge["costs"], f"edges[{i}].costs", 2)))
+        edges.append(
+            (str(edge["src"]), str(edge["dst"]), _numbers(edge["costs"], f"edges[{i}].costs", 2))
+        )
     return CostGraph(costs, tuple(edges))
 
 

@@ -29,8 +29,13 @@ def brute_force(problem: CostGraph) -> Solution:
     return Solution(best_choice or dict.fromkeys(names, 0), best)
 
 
-def ilp(problem: CostGraph, *, node_weights: dict[str, np.ndarray] | None = None,
-        weight_limit: float | None = None, time_limit_s: float | None = None) -> Solution:
+def ilp(
+    problem: CostGraph,
+    *,
+    node_weights: dict[str, np.ndarray] | None = None,
+    weight_limit: float | None = None,
+    time_limit_s: float | None = None,
+) -> Solution:
     """Alpa/XLA-style ILP: one-hot x per node, y per edge pair tied to both ends' x.
 
     With ``node_weights`` and ``weight_limit`` it adds ``sum_v w_v . x_v <= limit`` (memory).
@@ -71,20 +76,33 @@ def ilp(problem: CostGraph, *, node_weights: dict[str, np.ndarray] | None = None
                 cost.append(float(m[i, j]) if ok else 0.0)
                 upper.append(1.0 if ok else 0.0)
         for i in range(su):  # sum_j y_ij = x_u,i
-            constraint([(base + i * sv + j, 1.0) for j in range(sv)] + [(offset[u] + i, -1.0)], 0, 0)
+            constraint(
+                [(base + i * sv + j, 1.0) for j in range(sv)] + [(offset[u] + i, -1.0)], 0, 0
+            )
         for j in range(sv):  # sum_i y_ij = x_v,j
-            constraint([(base + i * sv + j, 1.0) for i in range(su)] + [(offset[v] + j, -1.0)], 0, 0)
+            constraint(
+                [(base + i * sv + j, 1.0) for i in range(su)] + [(offset[v] + j, -1.0)], 0, 0
+            )
     if node_weights is not None and weight_limit is not None:
-        constraint([(offset[n] + i, float(w)) for n in names for i, w in enumerate(node_weights[n])],
-                   -np.inf, weight_limit)
+        constraint(
+            [(offset[n] + i, float(w)) for n in names for i, w in enumerate(node_weights[n])],
+            -np.inf,
+            weight_limit,
+        )
     a = coo_matrix((vals, (rows, cols)), shape=(len(lo), len(cost))).tocsr()
     integrality = np.zeros(len(cost))
     integrality[: sum(len(problem.node_costs[n]) for n in names)] = 1
     options = {"time_limit": time_limit_s} if time_limit_s else {}
-    res = milp(np.array(cost), constraints=LinearConstraint(a, lo, hi), integrality=integrality,
-               bounds=Bounds(0, np.array(upper)), options=options)
+    res = milp(
+        np.array(cost),
+        constraints=LinearConstraint(a, lo, hi),
+        integrality=integrality,
+        bounds=Bounds(0, np.array(upper)),
+        options=options,
+    )
     if res.x is None:
         raise ValueError(f"ILP found no solution: {res.message}")
-    choice = {n: int(np.argmax(res.x[offset[n]:offset[n] + len(problem.node_costs[n])]))
-              for n in names}
+    choice = {
+        n: int(np.argmax(res.x[offset[n] : offset[n] + len(problem.node_costs[n])])) for n in names
+    }
     return Solution(choice, problem.total(choice), {"status": res.message})

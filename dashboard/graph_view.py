@@ -1,0 +1,245 @@
+"""The operator graph as a left-to-right DAG, with repeated layers folded into one block.
+
+Two layers are *identical* when they have the same ops (names relative to the layer), output
+shapes and strategies. Collapsed, each distinct layer is drawn once, marked ``x N``; edges from
+one copy of a layer to the next would loop back into the block and are dropped. Positions
+come from networkx's topological generations (x) and the order inside a generation (y).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import networkx as nx
+import plotly.graph_objects as go
+
+from dashboard.charts import FONT, SHARDING_COLORS, style
+from taps_core.graph import OpGraph
+from taps_core.plan import OpPlan, Plan
+from taps_core.report import (
+    SHARDING_CLASSES,
+    fmt_bytes,
+    fmt_seconds,
+    sharding_class,
+    strategy_words,
+)
+
+MAX_VISIBLE_GENERATIONS = 60  # wider graphs open zoomed on their start; drag to pan
+
+
+def _relative_names(plan: Plan) -> dict[str, str]:
+    """Op name without its layer's common dotted prefix (``L3.attn.q`` -> ``attn.q``)."""
+    by_layer: dict[int, list[str]] = {}
+    for op in plan.ops:
+        if op.layer is not None:
+            by_layer.setdefault(op.layer, []).append(op.name)
+    out = {op.name: op.name for op in plan.ops}
+    for names in by_layer.values():
+        # common dotted prefix, compared part by part ("L3." or "S3.B2.")
+        parts = [n.split(".") for n in names]
+        common = 0
+        while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+            common += 1
+        prefix = "".join(f"{p}." for p in parts[0][:common])
+        for name in names:
+            out[name] = name[len(prefix):] or name
+    return out
+
+
+@dataclass(frozen=True)
+class LayerGroups:
+    """``rep[layer]`` is the first layer identical to ``layer``; ``count[rep]`` their number;
+    ``members[op]`` the ops (one per identical layer) an op of a representative layer stands for.
+    """
+
+    rep: dict[int, int]
+    count: dict[int, int]
+    members: dict[str, tuple[str, ...]]
+    relative: dict[str, str]
+
+
+def layer_groups(plan: Plan, graph: OpGraph) -> LayerGroups:
+    """Group identical layers of a plan (see the module docstring)."""
+    relative = _relative_names(plan)
+    sig: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {}
+    for op in plan.ops:
+        if op.layer is not None:
+            shape = graph.tensors[graph.op_by_name[op.name].output].shape
+            sig.setdefault(op.layer, []).append((relative[op.name], op.strategy.label(), shape))
+    first: dict[tuple, int] = {}
+    rep: dict[int, int] = {}
+    for layer, ops in sig.items():  # dict order = first appearance in the graph
+        rep[layer] = first.setdefault(tuple(ops), layer)
+    count = Counter(rep.values())
+    members: dict[str, list[str]] = {}
+    rep_name: dict[tuple[int, str], str] = {}
+    for op in plan.ops:
+        if op.layer is None:
+            members[op.name] = [op.name]
+            continue
+        key = (rep[op.layer], relative[op.name])
+        if op.layer == rep[op.layer]:
+            rep_name[key] = op.name
+            members[op.name] = [op.name]
+        else:
+            members[rep_name[key]].append(op.name)
+    return LayerGroups(rep, dict(count), {k: tuple(v) for k, v in members.items()}, relative)
+
+
+@dataclass(frozen=True)
+class DagLayout:
+    """Shown ops with positions, shown edges, and the blocks of folded layers."""
+
+    nodes: tuple[str, ...]
+    pos: dict[str, tuple[float, float]]
+    edges: tuple[tuple[str, str], ...]
+    blocks: tuple[tuple[int, int, tuple[str, ...]], ...]  # (layer, copies, its ops)
+    groups: LayerGroups
+
+
+def dag_layout(plan: Plan, graph: OpGraph, *, expand: bool = False) -> DagLayout:
+    """Positions of the shown ops: x = topological generation, y = order within it."""
+    groups = layer_groups(plan, graph)
+    index = {op.name: i for i, op in enumerate(plan.ops)}
+    if expand:
+        to_shown = {op.name: op.name for op in plan.ops}
+    else:
+        to_shown = {m: rep for rep, ms in groups.members.items() for m in ms}
+    shown = sorted(set(to_shown.values()), key=index.__getitem__)
+    dag = nx.DiGraph()
+    dag.add_nodes_from(shown)
+    for u, v in graph.digraph.edges:
+        a, b = to_shown[u], to_shown[v]
+        if index[a] < index[b]:  # edges folding back into a block are dropped: stays a DAG
+            dag.add_edge(a, b)
+    pos: dict[str, tuple[float, float]] = {}
+    for x, gen in enumerate(nx.topological_generations(dag)):
+        gen = sorted(gen, key=index.__getitem__)
+        for i, name in enumerate(gen):
+            pos[name] = (float(x), (len(gen) - 1) / 2 - i)
+    blocks = []
+    if not expand:
+        by_rep: dict[int, list[str]] = {}
+        for name in shown:
+            layer = plan.ops[index[name]].layer
+            if layer is not None and groups.count.get(layer, 1) > 1:
+                by_rep.setdefault(layer, []).append(name)
+        blocks = [(layer, groups.count[layer], tuple(names)) for layer, names in by_rep.items()]
+    return DagLayout(tuple(shown), pos, tuple(dag.edges), tuple(blocks), groups)
+
+
+def _hover(op: OpPlan, graph: OpGraph, copies: int, differs: int | None, baseline: str) -> str:
+    spec = graph.op_by_name[op.name]
+    ins = "<br>".join(f"&nbsp;&nbsp;{t} {list(graph.tensors[t].shape)}" for t in spec.inputs)
+    out = graph.tensors[spec.output]
+    lines = [
+        f"<b>{op.name}</b> ({op.kind})" + (f" ×{copies} identical layers" if copies > 1 else ""),
+        f"einsum {op.einsum}",
+        f"inputs:<br>{ins}",
+        f"output: {spec.output} {list(out.shape)}",
+        f"strategy: {op.strategy.label()} ({sharding_class(op)})",
+        f"= {strategy_words(op.strategy)}",
+        f"compute {fmt_seconds(op.compute_s)}, comm {fmt_seconds(op.comm_time_s)} "
+        f"({fmt_bytes(op.comm_bytes)})" + (" per layer" if copies > 1 else ""),
+    ]
+    if differs:
+        lines.append(f"<b>differs from {baseline}</b>"
+                     + (f" in {differs} of {copies} layers" if copies > 1 else ""))
+    return "<br>".join(lines)
+
+
+def dag_figure(plan: Plan, graph: OpGraph, *, expand: bool = False,
+               highlight: set[str] | None = None, baseline: str = "", title: str | None = None,
+               layout: DagLayout | None = None) -> go.Figure:
+    """Plotly DAG coloured by sharding class; ``highlight`` ops get a red ring."""
+    lay = layout or dag_layout(plan, graph, expand=expand)
+    ops = {op.name: op for op in plan.ops}
+    highlight = highlight or set()
+    fig = go.Figure()
+    ex, ey = [], []
+    for u, v in lay.edges:
+        (x0, y0), (x1, y1) = lay.pos[u], lay.pos[v]
+        ex += [x0, x1, None]
+        ey += [y0, y1, None]
+    fig.add_scatter(x=ex, y=ey, mode="lines", line=dict(color="#9ca3af", width=1.2),
+                    hoverinfo="skip", showlegend=False)
+    for layer, copies, names in lay.blocks:
+        xs = [lay.pos[n][0] for n in names]
+        ys = [lay.pos[n][1] for n in names]
+        fig.add_shape(type="rect", x0=min(xs) - 0.45, x1=max(xs) + 0.45, y0=min(ys) - 0.8,
+                      y1=max(ys) + 0.8, line=dict(color="#6b7280", dash="dot", width=1.5),
+                      fillcolor="rgba(107,114,128,0.07)", layer="below")
+        fig.add_annotation(x=(min(xs) + max(xs)) / 2, y=max(ys) + 0.8, yanchor="bottom",
+                           text=f"<b>layer {layer} ×{copies}</b>", showarrow=False,
+                           font=dict(size=13, color="#374151"))
+    by_class: dict[str, list[str]] = {}
+    for name in lay.nodes:
+        by_class.setdefault(sharding_class(ops[name]), []).append(name)
+    many = len(lay.nodes) > 400
+    for klass in SHARDING_CLASSES:
+        names = by_class.get(klass)
+        if not names:
+            continue
+        copies = [len(lay.groups.members[n]) if not expand else 1 for n in names]
+        diffs = [sum(m in highlight for m in (lay.groups.members[n] if not expand else (n,)))
+                 for n in names]
+        fig.add_scatter(
+            x=[lay.pos[n][0] for n in names], y=[lay.pos[n][1] for n in names],
+            mode="markers" if many else "markers+text", name=klass,
+            text=[lay.groups.relative.get(n, n) for n in names],
+            textposition=["top center" if int(lay.pos[n][0]) % 2 == 0 else "bottom center"
+                          for n in names],
+            textfont=dict(size=12, color="#374151"),
+            marker=dict(size=16, color=SHARDING_COLORS[klass], symbol="circle",
+                        line=dict(color=["#dc2626" if d else "white" for d in diffs],
+                                  width=[4 if d else 1 for d in diffs])),
+            hovertext=[_hover(ops[n], graph, c, d, baseline) for n, c, d in
+                       zip(names, copies, diffs)],
+            hoverinfo="text",
+        )
+    if highlight:
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=f"differs from {baseline}",
+                        marker=dict(size=16, color="white", line=dict(color="#dc2626", width=4)))
+    if lay.blocks:
+        fig.add_scatter(x=[None], y=[None], mode="markers", name="identical layers (×N)",
+                        marker=dict(size=16, symbol="square", color="rgba(107,114,128,0.15)",
+                                    line=dict(color="#6b7280", width=1.5)))
+    xs = [p[0] for p in lay.pos.values()] or [0.0]
+    ys = [p[1] for p in lay.pos.values()] or [0.0]
+    xmax = max(xs)
+    fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False,
+                     range=[-0.8, min(xmax, MAX_VISIBLE_GENERATIONS) + 0.8])
+    fig.update_yaxes(showgrid=False, zeroline=False, showticklabels=False,
+                     range=[min(ys) - 1.4, max(ys) + 1.6])
+    height = int(max(360, 90 * (max(ys) - min(ys) + 3)))
+    what = "all layers" if expand else "identical layers folded"
+    fig = style(fig, title or f"Operator graph of {plan.model_name}: sharding per op ({what})",
+                x="execution order, left to right (one column per dependency level)",
+                height=min(height, 640), legend_title="sharding")
+    fig.update_layout(dragmode="pan", font=FONT)
+    return fig
+
+
+def op_rows(plan: Plan, graph: OpGraph, *, expand: bool = False,
+            highlight: set[str] | None = None) -> list[dict]:
+    """Rows of the per-op table (one per shown op; folded ops carry their layer count)."""
+    groups = layer_groups(plan, graph)
+    ops = {op.name: op for op in plan.ops}
+    names = [op.name for op in plan.ops] if expand else list(groups.members)
+    rows = []
+    for name in names:
+        op = ops[name]
+        copies = 1 if expand else len(groups.members[name])
+        row = {
+            "op": name, "kind": op.kind, "layer": "" if op.layer is None else str(op.layer),
+            "× layers": copies, "strategy": op.strategy.label(),
+            "in words": strategy_words(op.strategy), "sharding": sharding_class(op),
+            "compute (ms)": op.compute_s * 1e3, "comm (ms)": op.comm_time_s * 1e3,
+            "comm (MB)": op.comm_bytes / 1e6,
+        }
+        if highlight is not None:
+            members = (name,) if expand else groups.members[name]
+            row["differs"] = sum(m in highlight for m in members)
+        rows.append(row)
+    return rows

@@ -1,0 +1,141 @@
+"""The cluster drawn as hosts (boxes) holding GPUs, their switch and NICs, under one network
+switch; optionally with each link's width and colour set by a plan's traffic on it."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
+
+from dashboard.charts import LINK_COLORS, style
+from taps_core.plan import Plan
+from taps_core.report import fmt_bytes, fmt_seconds
+from taps_core.topology import Topology
+
+# rows inside a host box (y), from the bottom: switch, GPUs, NICs; shared gear above
+ROW = {"nvswitch": 0.0, "pcie_switch": 0.0, "gpu": 1.0, "nic": 2.0}
+SHARED_Y = 3.4
+SYMBOL = {"gpu": "square", "nvswitch": "diamond", "pcie_switch": "diamond", "nic": "triangle-up",
+          "network_switch": "hexagon"}
+DEVICE_COLOR = {"gpu": "#76B900", "nvswitch": "#374151", "pcie_switch": "#92400e",
+                "nic": "#0072B2", "network_switch": "#1e3a8a"}
+DEVICE_NAME = {"gpu": "GPU", "nvswitch": "NVSwitch", "pcie_switch": "PCIe switch",
+               "nic": "NIC", "network_switch": "network switch"}
+TRAFFIC_SCALE = "YlOrRd"
+TRAFFIC_BINS = 8
+
+
+def device_positions(topology: Topology) -> dict[str, tuple[float, float]]:
+    """x, y of every device: hosts side by side, each a column block of its own width."""
+    hosts = sorted({d.host for d in topology.devices if d.host is not None})
+    per_host: dict[int, dict[str, list[str]]] = {h: {} for h in hosts}
+    shared: list[str] = []
+    for d in topology.devices:
+        if d.host is None:
+            shared.append(d.name)
+        else:
+            per_host[d.host].setdefault(d.kind, []).append(d.name)
+    width = max((len(v) for rows in per_host.values() for v in rows.values()), default=1)
+    gap = 1.5
+    pos: dict[str, tuple[float, float]] = {}
+    for i, h in enumerate(hosts):
+        left = i * (width + gap)
+        for kind, names in per_host[h].items():
+            step = width / len(names)
+            for j, name in enumerate(names):
+                pos[name] = (left + (j + 0.5) * step - 0.5, ROW.get(kind, 2.0))
+    total = max(len(hosts) * (width + gap) - gap, 1.0)
+    for j, name in enumerate(shared):
+        pos[name] = ((j + 0.5) * total / len(shared) - 0.5, SHARED_Y)
+    return pos
+
+
+def _host_boxes(fig: go.Figure, topology: Topology, pos: dict[str, tuple[float, float]]) -> None:
+    by_host: dict[int, list[float]] = {}
+    for d in topology.devices:
+        if d.host is not None:
+            by_host.setdefault(d.host, []).append(pos[d.name][0])
+    for h, xs in sorted(by_host.items()):
+        fig.add_shape(type="rect", x0=min(xs) - 0.6, x1=max(xs) + 0.6, y0=-0.55, y1=2.55,
+                      line=dict(color="#6b7280", width=1.5), fillcolor="rgba(243,244,246,0.6)",
+                      layer="below")
+        fig.add_annotation(x=min(xs) - 0.55, y=2.55, xanchor="left", yanchor="bottom",
+                           text=f"<b>host {h}</b>", showarrow=False, font=dict(size=13))
+
+
+def topology_figure(topology: Topology, plan: Plan | None = None, *,
+                    title: str | None = None) -> go.Figure:
+    """Draw ``topology``; with ``plan``, links get width and colour by their busy time."""
+    pos = device_positions(topology)
+    fig = go.Figure()
+    _host_boxes(fig, topology, pos)
+    traffic: dict[frozenset[str], list] = {}
+    if plan is not None:
+        for k in plan.links:
+            entry = traffic.setdefault(frozenset((k.src, k.dst)), [0.0, 0.0, []])
+            entry[0] += k.bytes
+            entry[1] = max(entry[1], k.busy_time_s)
+            entry[2].append(f"{k.src}→{k.dst}: {fmt_bytes(k.bytes)}, busy "
+                            f"{fmt_seconds(k.busy_time_s)}")
+    busiest = max((v[1] for v in traffic.values()), default=0.0)
+    segs: dict[object, tuple[list, list]] = {}
+    mids: list[tuple[float, float, float, str]] = []
+    for link in topology.links:
+        (x0, y0), (x1, y1) = pos[link.src], pos[link.dst]
+        t = traffic.get(frozenset((link.src, link.dst)))
+        if plan is None:
+            key: object = link.kind
+        elif t is None or busiest <= 0:
+            key = "idle"
+        else:
+            key = min(TRAFFIC_BINS - 1, int(t[1] / busiest * TRAFFIC_BINS))
+        xs, ys = segs.setdefault(key, ([], []))
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+        info = (f"<b>{link.src} – {link.dst}</b> ({link.kind})<br>"
+                f"{link.bandwidth_Bps / 1e9:.3g} GB/s per direction, "
+                f"latency {link.latency_s * 1e6:.3g} µs")
+        if t is not None:
+            info += "<br>" + "<br>".join(t[2])
+        mids.append(((x0 + x1) / 2, (y0 + y1) / 2, t[1] if t else 0.0, info))
+    if plan is None:
+        for kind, (xs, ys) in segs.items():
+            fig.add_scatter(x=xs, y=ys, mode="lines", name=f"{kind} link",
+                            line=dict(color=LINK_COLORS.get(str(kind), "#555"), width=2.5),
+                            hoverinfo="skip", legendgroup="links")
+    else:
+        if "idle" in segs:
+            xs, ys = segs.pop("idle")
+            fig.add_scatter(x=xs, y=ys, mode="lines", name="idle link",
+                            line=dict(color="#d1d5db", width=1.2, dash="dot"), hoverinfo="skip")
+        for b in sorted(segs, key=int):  # type: ignore[arg-type]
+            xs, ys = segs[b]
+            frac = (int(b) + 0.5) / TRAFFIC_BINS  # type: ignore[call-overload]
+            color = sample_colorscale(TRAFFIC_SCALE, [0.15 + 0.85 * frac])[0]
+            fig.add_scatter(x=xs, y=ys, mode="lines", showlegend=False, hoverinfo="skip",
+                            line=dict(color=color, width=1.5 + 8 * frac))
+    mx, my, mv, mt = zip(*mids) if mids else ((), (), (), ())
+    marker: dict = dict(size=9, opacity=0.0)
+    if plan is not None and busiest > 0:
+        marker = dict(size=9, opacity=0.9, color=np.array(mv) * 1e3, colorscale=TRAFFIC_SCALE,
+                      cmin=0, cmax=busiest * 1e3,
+                      colorbar=dict(title=dict(text="link busy<br>time (ms)", font=dict(size=13)),
+                                    tickfont=dict(size=12), len=0.8))
+    fig.add_scatter(x=mx, y=my, mode="markers", marker=marker, hovertext=mt, hoverinfo="text",
+                    name="link (hover)", showlegend=False)
+    kinds: dict[str, list[str]] = {}
+    for d in topology.devices:
+        kinds.setdefault(d.kind, []).append(d.name)
+    for kind, names in kinds.items():
+        fig.add_scatter(
+            x=[pos[n][0] for n in names], y=[pos[n][1] for n in names], mode="markers",
+            name=DEVICE_NAME.get(kind, kind),
+            marker=dict(size=15 if kind != "network_switch" else 22, symbol=SYMBOL.get(kind),
+                        color=DEVICE_COLOR.get(kind, "#555"), line=dict(color="white", width=1)),
+            hovertext=names, hoverinfo="text")
+    xs = [p[0] for p in pos.values()]
+    fig.update_xaxes(visible=False, range=[min(xs) - 1, max(xs) + 1])
+    fig.update_yaxes(visible=False, range=[-1.0, SHARED_Y + 0.8])
+    default = (f"{topology.name}: {topology.nodes} host(s) × {topology.gpus_per_node} GPU(s)"
+               + (", links by plan traffic" if plan is not None else ""))
+    return style(fig, title or default, height=460, legend_title="devices / links")

@@ -1,0 +1,182 @@
+"""Streamlit widgets shared by pages: the sidebar that builds the :class:`Context`, chart
+display with PNG/SVG export, and small helpers that turn failures into messages."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import replace
+from typing import Any
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from dashboard import cache
+from dashboard.charts import chart_config
+from dashboard.state import (
+    COST_MODELS,
+    CUSTOM,
+    DTYPES,
+    IMAGE_FORMATS,
+    MAX_NODES_UI,
+    MODES,
+    TOPOLOGY_SOURCES,
+    UPLOADED,
+    Context,
+    active_edits,
+    model_defaults,
+    topology_url,
+)
+from taps_core.errors import TapsError
+from taps_core.models import sample_names
+from taps_core.models.config import MAX_CONFIG_BYTES
+from taps_core.plan import Plan
+from taps_core.presets import PRESETS
+
+GiB = 2**30
+COST_LABELS = {"topology": "topology-aware (TAPS)", "volume": "volume (bytes only)"}
+MODE_LABELS = {"train": "training", "infer": "inference"}
+
+
+def _on_model_change() -> None:
+    ss = st.session_state
+    with contextlib.suppress(TapsError):  # the sidebar shows the model error on the rerun
+        ss.update(model_defaults(ss["model"], ss.get("model_upload")))
+
+
+def _on_upload() -> None:
+    ss = st.session_state
+    f = ss.get("model_file")
+    if f is None:
+        return
+    data = f.getvalue()
+    if len(data) > MAX_CONFIG_BYTES:
+        ss["upload_error"] = (f"config.json size must be <= {MAX_CONFIG_BYTES} bytes; "
+                              f"got {len(data)}")
+        return
+    try:
+        text = data.decode("utf-8")
+        json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        ss["upload_error"] = f"config.json must be valid UTF-8 JSON; {str(err).splitlines()[0]}"
+        return
+    ss["upload_error"] = None
+    ss["model_upload"] = {"name": f.name.rsplit(".", 1)[0] or "uploaded", "text": text}
+    ss["model"] = UPLOADED
+    _on_model_change()
+
+
+def sidebar() -> Context:
+    """Draw the shared settings and return them as a Context (errors kept, not raised)."""
+    ss = st.session_state
+    sb = st.sidebar
+    sb.header("Workload")
+    models = [*sample_names(), UPLOADED]
+    sb.selectbox("Model", models, key="model", on_change=_on_model_change,
+                 help="A bundled sample, or an uploaded Hugging Face config.json")
+    with sb.expander("Upload a config.json", expanded=ss["model"] == UPLOADED):
+        st.file_uploader("HF config.json (JSON, at most 1 MiB)", type=["json"], key="model_file",
+                         on_change=_on_upload)
+        if ss.get("upload_error"):
+            st.error(ss["upload_error"])
+    c1, c2 = sb.columns(2)
+    c1.number_input("Batch size", min_value=1, max_value=1 << 20, step=1, key="batch")
+    c2.number_input("Sequence length", min_value=1, max_value=1 << 22, step=64, key="seq")
+    c1, c2 = sb.columns(2)
+    c1.selectbox("dtype", DTYPES, key="dtype")
+    c2.radio("Mode", MODES, key="mode", format_func=MODE_LABELS.__getitem__, horizontal=True)
+    sb.header("Cluster")
+    c1, c2 = sb.columns([3, 2])
+    c1.selectbox("Topology", TOPOLOGY_SOURCES, key="topo",
+                 format_func=lambda s: "custom (Topology page)" if s == CUSTOM else s,
+                 help="A preset, or the cluster built or loaded on the Topology page")
+    c2.number_input("Nodes", min_value=1, max_value=MAX_NODES_UI, step=1, key="nodes",
+                    disabled=ss["topo"] == CUSTOM)
+    if ss["topo"] in PRESETS:
+        sb.caption(PRESETS[ss["topo"]][1])
+    sb.header("Search")
+    sb.radio("Cost model", COST_MODELS, key="cost", format_func=COST_LABELS.__getitem__,
+             help="What the search minimises. Plans are always reported with the "
+                  "topology-aware model.")
+    sb.number_input("Memory limit per GPU (GiB, 0 = the GPU's memory)", min_value=0.0,
+                    max_value=1e6, step=8.0, key="mem_gib")
+    sb.header("Export")
+    sb.radio("Chart camera button saves", IMAGE_FORMATS, key="img_format", horizontal=True,
+             format_func=str.upper, help="Each chart's camera icon downloads this format")
+    return _context(ss)
+
+
+def _context(ss: Any) -> Context:
+    upload = ss.get("model_upload")
+    model_error = None
+    if ss["model"] == UPLOADED:
+        if upload:
+            model, text = upload["name"], upload["text"]
+        else:
+            model, text = UPLOADED, None
+            model_error = "model: upload a config.json in the sidebar (or pick a sample)"
+    else:
+        model, text = ss["model"], None
+    edits = tuple(e.text() for e in active_edits(ss))
+    topo_json, label, errors = cache.resolve_topology(
+        ss["topo"], int(ss["nodes"]), ss["topo_custom"], ss.get("topo_json"), edits)
+    ctx = Context(
+        model=model, model_text=text, batch=int(ss["batch"]), seq=int(ss["seq"]),
+        dtype=ss["dtype"], mode=ss["mode"], cost_model=ss["cost"],
+        memory_limit_bytes=float(ss["mem_gib"]) * GiB if ss["mem_gib"] > 0 else None,
+        topo_json=topo_json, topo_label=label, topo_url=topology_url(ss),
+        model_error=model_error, topology_error=errors[0] if topo_json is None else None,
+        edit_errors=errors if topo_json is not None else (),
+    )
+    if model_error is None:
+        g = cache.graph_or_failure(ctx.workload)
+        if isinstance(g, cache.Failure):
+            ctx = replace(ctx, model_error=g.message)
+    return ctx
+
+
+# ---- page helpers ------------------------------------------------------------------------------
+
+
+def show_chart(fig: go.Figure, key: str) -> None:
+    """Draw a figure with the export format chosen in the sidebar."""
+    st.plotly_chart(fig, theme=None, key=key,
+                    config=chart_config(st.session_state.get("img_format", "png"), key))
+
+
+def need_model(ctx: Context) -> Any:
+    """The operator graph, or show the model error and stop the page."""
+    if ctx.model_error:
+        st.error(ctx.model_error)
+        st.stop()
+    return cache.graph(*ctx.workload)
+
+
+def need_topology(ctx: Context) -> Any:
+    """The topology, or show the topology error and stop the page."""
+    for msg in ctx.edit_errors:
+        st.warning(msg)
+    if ctx.topo_json is None:
+        st.error(ctx.topology_error or "topology: invalid")
+        st.stop()
+    return cache.topology(ctx.topo_json)
+
+
+def need_plan(ctx: Context) -> Plan:
+    """The plan for the sidebar settings (spinner on a first search), or an error and stop."""
+    need_model(ctx)
+    need_topology(ctx)
+    with st.spinner(f"Searching plans for {ctx.model} on {ctx.topo_label}…"):
+        plan = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model,
+                          ctx.memory_limit_bytes)
+    if isinstance(plan, cache.Failure):
+        st.error(plan.message)
+        st.stop()
+    return plan
+
+
+def context_caption(ctx: Context) -> None:
+    """One line saying what the page shows."""
+    st.caption(f"**{ctx.model}** · batch {ctx.batch} · seq {ctx.seq} · {ctx.dtype} · "
+               f"{MODE_LABELS[ctx.mode]} · on **{ctx.topo_label}** · "
+               f"search cost model: {COST_LABELS[ctx.cost_model]}")

@@ -1,0 +1,297 @@
+"""Every dashboard page under Streamlit's AppTest: it runs without an exception, shows its key
+elements, reacts to its widgets, reads and writes the URL, and turns bad input into a message."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest
+
+from taps_core.presets import preset
+from taps_core.topology_io import dumps
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+PAGES = {"plan": "TAPS Planner", "topology": "Topology", "links": "Link traffic",
+         "compare": "Compare plans", "sweep": "Inter-node bandwidth sweep",
+         "how_it_works": "How it works: bytes are not time"}
+SMALL = {"model": "gpt2", "topo": "dgx-a100:2", "batch": "8", "seq": "256"}
+
+
+def app(page: str = "plan", **params: str) -> AppTest:
+    """A run of ``page`` with URL parameters (defaults: small GPT-2 on two DGX nodes)."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({**SMALL, **params})
+    at.run()  # the first run lands on the home page (a switch before it is not honoured)
+    if page != "plan":
+        at.switch_page(f"app_pages/{page}.py").run()
+    assert not at.exception, at.exception[0].message if at.exception else ""
+    assert at.title[0].value == PAGES[page]
+    return at
+
+
+def charts(at: AppTest) -> list[dict]:
+    """Figure JSON of every plotly chart on the page."""
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def chart(at: AppTest, words: str) -> dict:
+    found = [f for f in charts(at) if words.lower() in f["layout"]["title"]["text"].lower()]
+    assert found, f"no chart titled with {words!r}: {[titles(at)]}"
+    return found[0]
+
+
+def titles(at: AppTest) -> list[str]:
+    return [f["layout"]["title"]["text"] for f in charts(at)]
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def rerun(at: AppTest) -> AppTest:
+    at.run()
+    assert not at.exception, at.exception[0].message
+    return at
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_runs_with_titled_legible_charts(page):
+    at = app(page)
+    assert not at.error, [e.value for e in at.error]
+    figs = charts(at)
+    assert figs, "every page draws at least one chart"
+    for fig in figs:
+        layout = fig["layout"]
+        assert layout["title"]["text"]
+        assert layout["font"]["size"] >= 12 and layout["title"]["font"]["size"] >= 12
+        assert layout["legend"]["font"]["size"] >= 12
+    for el in at.get("plotly_chart"):  # the camera button exports PNG (SVG from the sidebar)
+        assert json.loads(el.proto.config)["toImageButtonOptions"]["format"] == "png"
+
+
+def test_plan_page_headline_graph_table_downloads():
+    at = app()
+    labels = {m.label for m in at.metric}
+    assert {"Communication time", "Compute time", "Intra-node bytes", "Inter-node bytes",
+            "Memory per device", "Search time"} <= labels
+    assert all(any(u in metric(at, lb) for u in ("s", "B")) for lb in labels - {"Parameters"})
+    mem = chart(at, "Memory per device")
+    assert [t["name"] for t in mem["data"]] == ["parameters", "gradients", "optimizer",
+                                                "activations"]
+    dag = chart(at, "Operator graph")
+    classes = {t["name"] for t in dag["data"] if t.get("mode", "").startswith("markers")}
+    assert classes & {"data parallel", "column", "row", "2-D", "replicated", "sequence"}
+    assert any("×12" in a["text"] for a in dag["layout"]["annotations"])  # folded layers
+    assert at.dataframe and len(at.dataframe[0].value) < 40  # one row per distinct op
+    assert [d.label for d in at.download_button] == ["Plan JSON", "Links CSV",
+                                                     "HTML report (self-contained)"]
+
+
+def test_plan_expand_toggle_shows_every_layer():
+    at = app()
+    folded = sum(len(t["x"]) for t in chart(at, "Operator graph")["data"]
+                 if t.get("hovertext"))
+    at.toggle(key="plan_expand").set_value(True)
+    rerun(at)
+    dag = chart(at, "Operator graph")
+    assert "all layers" in dag["layout"]["title"]["text"]
+    assert sum(len(t["x"]) for t in dag["data"] if t.get("hovertext")) > 5 * folded
+    assert at.query_params["expand"] == ["1"] or at.query_params["expand"] == "1"
+    assert len(at.dataframe[0].value) > 100
+
+
+def test_changing_widgets_changes_the_plan():
+    at = app(batch="32", seq="1024")  # big enough that the plan uses the network
+    inter = metric(at, "Inter-node bytes")
+    at.number_input(key="nodes").set_value(1)
+    rerun(at)
+    assert metric(at, "Inter-node bytes") == "0 B" != inter
+    train_mem = metric(at, "Memory per device")
+    at.radio(key="mode").set_value("infer")
+    rerun(at)
+    assert metric(at, "Memory per device") != train_mem
+    at.selectbox(key="model").set_value("mlp-2layer")
+    rerun(at)
+    assert "mlp-2layer" in at.caption[0].value
+    # picking a model resets batch and sequence length to that model's own
+    assert at.number_input(key="batch").value == 8
+    assert at.number_input(key="seq").value == 512
+
+
+def test_url_reproduces_the_view_and_is_written_back():
+    at = app(model="mlp-2layer", topo="pcie:2", mode="infer", batch="4", seq="128",
+             cost="volume", mem="20", dtype="float16", fmt="svg")
+    ss = at.session_state
+    assert (ss["model"], ss["topo"], ss["nodes"], ss["mode"], ss["batch"], ss["seq"]) == \
+        ("mlp-2layer", "pcie", 2, "infer", 4, 128)
+    assert ss["cost"] == "volume" and ss["mem_gib"] == 20 and ss["dtype"] == "float16"
+    assert "pcie:2" in at.caption[0].value and "volume" in at.caption[0].value
+    for el in at.get("plotly_chart"):
+        assert json.loads(el.proto.config)["toImageButtonOptions"]["format"] == "svg"
+    qp = dict(at.query_params)
+    flat = {k: v[0] if isinstance(v, list) else v for k, v in qp.items()}
+    assert flat["topo"] == "pcie:2" and flat["model"] == "mlp-2layer" and flat["batch"] == "4"
+    # the written URL reproduces the same session
+    again = app(**flat)
+    assert metric(again, "Communication time") == metric(at, "Communication time")
+
+
+def test_bad_url_parameters_warn_and_the_page_still_works():
+    at = app(batch="lots", topo="dgx-z9:2", model="gpt9")
+    warnings = " ".join(w.value for w in at.warning)
+    assert "batch" in warnings and "topo" in warnings and "gpt9" in warnings
+    assert metric(at, "Communication time")
+
+
+def test_invalid_workload_is_one_error_line_not_a_traceback():
+    at = app(seq="4096")  # GPT-2 has 1024 positions
+    assert not at.exception
+    assert any("seq_length" in e.value for e in at.error)
+    assert not at.metric
+
+
+def test_memory_limit_that_cannot_fit_says_so():
+    at = app(mem="0.001")
+    assert any("memory" in e.value for e in at.error)
+
+
+def test_uploaded_hf_config_is_planned():
+    at = app()
+    cfg = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 2,
+           "num_attention_heads": 8, "intermediate_size": 1024, "vocab_size": 1000,
+           "batch_size": 4, "seq_length": 128}
+    at.file_uploader(key="model_file").set_value(
+        ("tiny-llama.json", json.dumps(cfg).encode(), "application/json"))
+    rerun(at)
+    assert at.session_state["model"] == "uploaded config.json"
+    assert "tiny-llama" in at.caption[0].value
+    assert metric(at, "Communication time")
+    at.file_uploader(key="model_file").set_value(("bad.json", b"{not json", "application/json"))
+    rerun(at)
+    assert any("valid UTF-8 JSON" in e.value for e in at.error)
+
+
+def test_topology_page_build_form_drives_every_page():
+    at = app("topology")
+    assert "dgx-a100:2" in chart(at, "dgx-a100:2")["layout"]["title"]["text"]
+    at.number_input(key="b_nodes").set_value(3)
+    at.number_input(key="b_gpus").set_value(4)
+    at.number_input(key="b_nics").set_value(1)
+    at.number_input(key="b_nic_GBps").set_value(10.0)
+    at.button[0].click()  # the form's submit button ("Use this cluster")
+    rerun(at)
+    assert at.session_state["topo"] == "custom"
+    assert any("custom:3x4" in t for t in titles(at))
+    topo_param = at.query_params["topo"]
+    assert "build:" in (topo_param[0] if isinstance(topo_param, list) else topo_param)
+    at.switch_page("app_pages/plan.py")
+    rerun(at)
+    assert "custom:3x4" in at.caption[0].value
+
+
+def _editor_key(at: AppTest) -> str:
+    return f"link_editor_{at.session_state['editor_gen']}"
+
+
+def test_link_editor_degrades_and_cuts_links():
+    at = app("topology", topo="dgx-a100:2")
+    rows = at.data_editor[0].value
+    nic = next(i for i, r in rows.iterrows() if r["src"] == "n0.nic0" and r["dst"] == "net")
+    at.session_state[_editor_key(at)] = {
+        "edited_rows": {nic: {"bandwidth (GB/s)": 1.0}}, "added_rows": [], "deleted_rows": []}
+    rerun(at)
+    assert any("link edit" in c.value for c in at.caption)
+    edits = at.query_params["edits"]
+    assert "n0.nic0~net:bw=1" in (edits[0] if isinstance(edits, list) else edits)
+    at.switch_page("app_pages/links.py")
+    rerun(at)
+    assert "1 link edit" in at.caption[0].value
+    # cutting a GPU's only NVLink leaves it reachable through its NIC; cutting its NIC link
+    # too disconnects nothing (the NVSwitch path remains) -- but cutting the only uplink of a
+    # single-NIC host is refused with a message
+    at = app("topology", topo="ethernet:2")
+    rows = at.data_editor[0].value
+    uplink = next(i for i, r in rows.iterrows() if r["src"] == "n0.nic0" and r["dst"] == "net")
+    at.session_state[_editor_key(at)] = {
+        "edited_rows": {uplink: {"in use": False}}, "added_rows": [], "deleted_rows": []}
+    rerun(at)
+    assert any("skipped" in w.value and "connected" in w.value for w in at.warning)
+    assert any("ethernet:2" in t for t in titles(at))
+
+
+def test_topology_upload_round_trip():
+    at = app("topology")
+    text = dumps(preset("pcie-nvlink:2"))
+    at.file_uploader(key="topo_file").set_value(("mine.json", text.encode(), "application/json"))
+    rerun(at)
+    assert any("pcie-nvlink:2" in t for t in titles(at))
+    assert at.session_state["topo_custom"] == "json"
+    at.file_uploader(key="topo_file").set_value(("bad.json", b'{"format": "x"}', "text/json"))
+    rerun(at)
+    assert any("format" in e.value for e in at.error)
+
+
+def test_links_page_slider_limits_bars():
+    at = app("links")
+    for words in ("Busy time per link", "Bytes per link", "GPU-to-GPU"):
+        chart(at, words)
+    at.slider(key="links_top").set_value(4)
+    rerun(at)
+    busy = chart(at, "Busy time per link")
+    assert all(len(t["x"]) <= 4 for t in busy["data"])
+    assert "top 4" in busy["layout"]["title"]["text"]
+    assert len(at.dataframe[0].value) == 4
+
+
+def test_compare_page_baseline_radio_and_unfit_reasons():
+    at = app("compare")
+    bars = chart(at, "Step time per plan")
+    assert bars["data"][0]["x"] == ["TAPS (topology-aware)", "volume-based", "Megatron-style",
+                                    "data parallel"]
+    assert "volume-based" in chart(at, "TAPS plan")["layout"]["title"]["text"]
+    at.radio(key="cmp_baseline").set_value("megatron")
+    rerun(at)
+    assert "Megatron" in chart(at, "TAPS plan")["layout"]["title"]["text"]
+    assert "Megatron" in chart(at, "differ most")["layout"]["title"]["text"]
+    # under a tight memory limit Megatron does not fit; batch 8 cannot be split 16 ways
+    at = app("compare", model="gpt2", batch="8", seq="1024", mem="1.2")
+    warnings = [w.value for w in at.warning]
+    assert any("Megatron" in w and "memory" in w for w in warnings)
+    assert any("data parallel" in w and "has no plan" in w for w in warnings)
+    assert [m.value for m in at.metric][1:] == ["does not fit", "does not fit"]
+    assert chart(at, "Step time per plan")["layout"]["annotations"]
+
+
+def test_sweep_page_points_and_regimes():
+    at = app("sweep", points="3", curves="volume")
+    sw = chart(at, "bandwidth")
+    names = [t["name"] for t in sw["data"]]
+    assert names[:2] == ["TAPS (topology-aware)", "volume-based"]
+    assert len(sw["data"][0]["x"]) == 3
+    assert sw["layout"]["xaxis"]["type"] == "log"
+    assert at.table, "the regime table is shown"
+    at.slider(key="sweep_points").set_value(4)
+    rerun(at)
+    assert len(chart(at, "bandwidth")["data"][0]["x"]) == 4
+
+
+def test_sweep_page_single_node_explains():
+    at = app("sweep", topo="dgx-a100:1")
+    assert any("one host" in i.value for i in at.info)
+
+
+def test_how_it_works_live_on_the_topology():
+    at = app("how_it_works", topo="ethernet:2")
+    fig = chart(at, "All-reduce of one buffer")
+    time_b = fig["data"][3]["y"][0]
+    assert time_b > 10 * fig["data"][1]["y"][0]  # one shared NIC: B is far slower
+    at.slider(key="explain_gb").set_value(2.0)
+    rerun(at)
+    assert chart(at, "All-reduce of one buffer")["data"][3]["y"][0] == pytest.approx(
+        2 * time_b, rel=0.01)
+    at = app("how_it_works", topo="dgx-a100:1")
+    assert any("second one is added" in m.value for m in at.markdown)
