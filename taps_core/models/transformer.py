@@ -7,41 +7,19 @@ Llama-style models use RMSNorm, SwiGLU and grouped-query attention (K/V carry kv
 
 from __future__ import annotations
 
-from taps_core.graph import OpGraph, OpSpec, TensorSpec
+from taps_core.graph import OpGraph, TensorSpec
+from taps_core.models.builder import GraphBuilder
 from taps_core.models.config import ModelConfig
 
 ATTN_FIXED = frozenset("dt")
 
 
-class _Builder:
-    """Accumulates tensors and ops; one instance per graph build."""
+class _Builder(GraphBuilder):
+    """GraphBuilder that also carries the model config."""
 
     def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg.dtype_bytes)
         self.cfg = cfg
-        self.tensors: dict[str, TensorSpec] = {}
-        self.ops: list[OpSpec] = []
-
-    def param(self, name: str, shape: tuple[int, ...], *, tied: bool = False) -> str:
-        self.tensors[name] = TensorSpec(name, shape, self.cfg.dtype_bytes, is_param=True, tied=tied)
-        return name
-
-    def data(self, name: str, shape: tuple[int, ...], *, dtype_bytes: int = 4) -> str:
-        self.tensors[name] = TensorSpec(name, shape, dtype_bytes, requires_grad=False)
-        return name
-
-    def op(
-        self,
-        name: str,
-        kind: str,
-        einsum: str,
-        inputs: tuple[str, ...],
-        out_shape: tuple[int, ...],
-        layer: int | None,
-        **extra: object,
-    ) -> str:
-        self.tensors[name] = TensorSpec(name, out_shape, self.cfg.dtype_bytes)
-        self.ops.append(OpSpec(name, kind, einsum, inputs, name, layer, **extra))  # type: ignore[arg-type]
-        return name
 
 
 def _linear(
@@ -232,4 +210,4 @@ def build_transformer(cfg: ModelConfig) -> OpGraph:
     labels = bld.data("labels", (B, S))
     bld.op("loss", "loss", "bsv,bs->bs", (logits, labels), (B, S), None)
     bld.tensors["loss"] = TensorSpec("loss", (B, S), 4)  # the loss is kept in fp32
-    return OpGraph(cfg.name, bld.tensors, tuple(bld.ops), meta={"config": cfg})
+    return bld.graph(cfg.name, {"config": cfg})

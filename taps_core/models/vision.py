@@ -7,37 +7,21 @@ halo exchange, which is outside the strategy space. BatchNorm keeps per-device s
 
 from __future__ import annotations
 
-from taps_core.graph import OpGraph, OpSpec, TensorSpec
+from taps_core.graph import OpGraph
+from taps_core.models.builder import GraphBuilder
 from taps_core.models.config import ModelConfig
 
 _SPATIAL = frozenset("yxhwrq")
 
 
-class _Net:
-    """Accumulates the tensors and ops of one image model."""
+class _Net(GraphBuilder):
+    """GraphBuilder with conv + BatchNorm and ReLU helpers for image models."""
 
     def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg.dtype_bytes)
         self.cfg = cfg
-        self.tensors: dict[str, TensorSpec] = {}
-        self.ops: list[OpSpec] = []
 
-    def param(self, name: str, shape: tuple[int, ...]) -> str:
-        self.tensors[name] = TensorSpec(name, shape, self.cfg.dtype_bytes, is_param=True)
-        return name
-
-    def add(
-        self,
-        name: str,
-        kind: str,
-        einsum: str,
-        inputs: tuple[str, ...],
-        shape: tuple[int, ...],
-        layer: int | None,
-        **extra: object,
-    ) -> str:
-        self.tensors[name] = TensorSpec(name, shape, self.cfg.dtype_bytes)
-        self.ops.append(OpSpec(name, kind, einsum, inputs, name, layer, **extra))  # type: ignore[arg-type]
-        return name
+    add = GraphBuilder.op
 
     def conv(self, name: str, x: str, k: int, size: int, stride: int, layer: int | None) -> str:
         b, c, hh, ww = self.tensors[x].shape
@@ -68,8 +52,7 @@ def build_resnet(cfg: ModelConfig) -> OpGraph:
     """Bottleneck ResNet (ResNet-50 for depths 3,4,6,3), ImageNet head, cross-entropy loss."""
     net = _Net(cfg)
     B, R = cfg.batch_size, cfg.image_size
-    img = "pixels"
-    net.tensors[img] = TensorSpec(img, (B, 3, R, R), cfg.dtype_bytes, requires_grad=False)
+    img = net.data("pixels", (B, 3, R, R), dtype_bytes=cfg.dtype_bytes)
     x = net.relu("stem.relu", net.conv("stem.conv", img, cfg.embedding_size, 7, 2, None), None)
     b, c, hh, ww = net.tensors[x].shape
     x = net.add(
@@ -105,43 +88,19 @@ def build_resnet(cfg: ModelConfig) -> OpGraph:
         None,
         tp_role="column",
     )
-    labels = "labels"
-    net.tensors[labels] = TensorSpec(labels, (b,), 4, requires_grad=False)
+    labels = net.data("labels", (b,))
     net.add("loss", "loss", "bl,b->b", (logits, labels), (b,), None)
-    return OpGraph(cfg.name, net.tensors, tuple(net.ops), meta={"config": cfg})
+    return net.graph(cfg.name, {"config": cfg})
 
 
 def build_mlp(cfg: ModelConfig) -> OpGraph:
     """Two linear layers with GELU between: the Megatron MLP in its smallest form."""
     B, S, M, F = cfg.batch_size, cfg.seq_length, cfg.hidden_size, cfg.ffn_size
-    db = cfg.dtype_bytes
-    t = {
-        "x": TensorSpec("x", (B, S, M), db, requires_grad=False),
-        "fc1.weight": TensorSpec("fc1.weight", (M, F), db, is_param=True),
-        "fc1.bias": TensorSpec("fc1.bias", (F,), db, is_param=True),
-        "fc1": TensorSpec("fc1", (B, S, F), db),
-        "gelu": TensorSpec("gelu", (B, S, F), db),
-        "fc2.weight": TensorSpec("fc2.weight", (F, M), db, is_param=True),
-        "fc2.bias": TensorSpec("fc2.bias", (M,), db, is_param=True),
-        "fc2": TensorSpec("fc2", (B, S, M), db),
-    }
-    ops = (
-        OpSpec(
-            "fc1",
-            "matmul",
-            "bsm,mf,f->bsf",
-            ("x", "fc1.weight", "fc1.bias"),
-            "fc1",
-            tp_role="column",
-        ),
-        OpSpec("gelu", "elementwise", "bsf->bsf", ("fc1",), "gelu"),
-        OpSpec(
-            "fc2",
-            "matmul",
-            "bsf,fm,m->bsm",
-            ("gelu", "fc2.weight", "fc2.bias"),
-            "fc2",
-            tp_role="row",
-        ),
-    )
-    return OpGraph(cfg.name, t, ops, meta={"config": cfg})
+    net = GraphBuilder(cfg.dtype_bytes)
+    x = net.data("x", (B, S, M), dtype_bytes=cfg.dtype_bytes)
+    w1, b1 = net.param("fc1.weight", (M, F)), net.param("fc1.bias", (F,))
+    h = net.op("fc1", "matmul", "bsm,mf,f->bsf", (x, w1, b1), (B, S, F), None, tp_role="column")
+    h = net.op("gelu", "elementwise", "bsf->bsf", (h,), (B, S, F), None)
+    w2, b2 = net.param("fc2.weight", (F, M)), net.param("fc2.bias", (M,))
+    net.op("fc2", "matmul", "bsf,fm,m->bsm", (h, w2, b2), (B, S, M), None, tp_role="row")
+    return net.graph(cfg.name, {"config": cfg})
