@@ -202,3 +202,14 @@ def test_search_objective_and_memory_match_the_report(name):
     plan = search(graph, t, memory_limit_bytes=1e15, links=links)
     assert plan.total_time_s == pytest.approx(sol.cost, rel=1e-9)
     assert plan.memory.total == pytest.approx(memory, rel=1e-12)
+
+
+def test_wider_space_never_worse_and_narrower_never_better(mlp, dgx1):
+    from taps_core.strategies import SearchSpace
+
+    default = search(mlp, dgx1)
+    wide = search(mlp, dgx1, space=SearchSpace(max_dims_per_level=3, whole_levels=False))
+    narrow = search(mlp, dgx1, space=SearchSpace(max_dims_per_level=1))
+    assert wide.total_time_s <= default.total_time_s * (1 + 1e-12)
+    assert narrow.total_time_s >= default.total_time_s * (1 - 1e-12)
+    assert wide.search.num_strategies > default.search.num_strategies

@@ -136,3 +136,11 @@ def test_bad_topology_json_names_the_field():
         loads("{not json")
     with pytest.raises(InvalidInputError, match="nics_per_node"):
         build_cluster(2, 4, nics_per_node=8)
+
+
+def test_pcie_node_traffic_stays_off_the_nic():
+    links = LinkModel(preset("pcie:2"))
+    p = links.pattern("intra", 4, "ring")
+    for i, (u, v, _) in enumerate(links.links):
+        if "nic" in u or "nic" in v:
+            assert p.loads[i] == 0, (u, v)
