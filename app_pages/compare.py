@@ -38,11 +38,14 @@ def main() -> None:
         other = plans[label]
         if isinstance(other, Plan):
             r = reduction(taps, other)
-            col.metric(f"TAPS vs {plan_name(label)}",
-                       f"{abs(100 * r):.0f}% {'less' if r >= 0 else 'more'} comm.",
-                       help="Communication time per step of TAPS relative to this plan")
-            col.caption(f"{fmt_seconds(taps.comm_time_s)} vs {fmt_seconds(other.comm_time_s)} "
-                        "per step")
+            col.metric(
+                f"TAPS vs {plan_name(label)}",
+                f"{abs(100 * r):.0f}% {'less' if r >= 0 else 'more'} comm.",
+                help="Communication time per step of TAPS relative to this plan",
+            )
+            col.caption(
+                f"{fmt_seconds(taps.comm_time_s)} vs {fmt_seconds(other.comm_time_s)} per step"
+            )
         else:
             col.metric(f"TAPS vs {plan_name(label)}", "does not fit")
     for label, p in plans.items():
@@ -58,25 +61,32 @@ def main() -> None:
     fitting = [lb for lb in BASELINES if isinstance(plans[lb], Plan)]
     if not fitting:
         st.info("No baseline fits, so there is nothing to set TAPS against.")
-        state.set_url("baseline", "cmp_expand")
         return
     if st.session_state.get("cmp_baseline") not in fitting:
         st.session_state["cmp_baseline"] = fitting[0]
     c1, c2 = st.columns([2, 3])
-    label = c1.radio("Against", fitting, key="cmp_baseline", format_func=plan_name,
-                     horizontal=True)
+    label = c1.radio("Against", fitting, key="cmp_baseline", format_func=plan_name, horizontal=True)
     expand = c2.toggle("Show every layer", key="cmp_expand")
-    state.set_url("baseline", "cmp_expand")
     other = plans[label]
     assert isinstance(other, Plan)
     differ = {a.name for a, b in zip(taps.ops, other.ops) if a.strategy != b.strategy}
-    st.markdown(f"**{len(differ)}** of {len(taps.ops)} ops are sharded differently by TAPS "
-                f"and the {plan_name(label)} plan (red rings).")
+    st.markdown(
+        f"**{len(differ)}** of {len(taps.ops)} ops are sharded differently by TAPS "
+        f"and the {plan_name(label)} plan (red rings)."
+    )
     lay = dag_layout(taps, graph, expand=expand)
-    show_chart(dag_figure(taps, graph, expand=expand, highlight=differ,
-                          baseline=plan_name(label), layout=lay,
-                          title=f"TAPS plan; ops sharded differently by {plan_name(label)} "
-                                "ringed in red"), "compare_dag")
+    show_chart(
+        dag_figure(
+            taps,
+            graph,
+            expand=expand,
+            highlight=differ,
+            baseline=plan_name(label),
+            layout=lay,
+            title=f"TAPS plan; ops sharded differently by {plan_name(label)} ringed in red",
+        ),
+        "compare_dag",
+    )
     if differ:
         others = {op.name: op for op in other.ops}
         rows = [r for r in op_rows(taps, graph, expand=expand, highlight=differ) if r["differs"]]
@@ -84,14 +94,31 @@ def main() -> None:
             o = others[r["op"]]
             r[f"{label} strategy"] = o.strategy.label()
             r[f"{label} comm (ms)"] = o.comm_time_s * 1e3
-        st.dataframe(rows, hide_index=True, width="stretch",
-                     column_order=["op", "× layers", "differs", "strategy", f"{label} strategy",
-                                   "comm (ms)", f"{label} comm (ms)", "in words"])
+        st.dataframe(
+            rows,
+            hide_index=True,
+            width="stretch",
+            column_order=[
+                "op",
+                "× layers",
+                "differs",
+                "strategy",
+                f"{label} strategy",
+                "comm (ms)",
+                f"{label} comm (ms)",
+                "in words",
+            ],
+        )
     st.subheader("Per-link differences")
     show_chart(link_diff_figure(taps, other), "compare_links")
-    st.download_button("Comparison JSON", lambda: json.dumps(compare_to_json(plans), indent=1),
-                       file_name="taps-compare.json", mime="application/json",
-                       on_click="ignore", key="dl_compare")
+    st.download_button(
+        "Comparison JSON",
+        lambda: json.dumps(compare_to_json(plans), indent=1),
+        file_name="taps-compare.json",
+        mime="application/json",
+        on_click="ignore",
+        key="dl_compare",
+    )
 
 
 main()

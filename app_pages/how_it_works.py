@@ -50,7 +50,6 @@ def main() -> None:
         topo_json = dumps(topo)
         where = f"**{topo.name}** (your cluster has one host, so a second one is added here)"
     size_gb = st.slider("Buffer to all-reduce (GB)", 0.01, 16.0, step=0.01, key="explain_gb")
-    state.set_url("size")
     cases = cache.explain(topo_json, size_gb * 1e9)
     if isinstance(cases, cache.Failure):
         st.info(f"The example needs two plans to exist on this cluster: {cases.message}")
@@ -65,23 +64,32 @@ def main() -> None:
             m = st.columns(3)
             m[0].metric("Bytes sent per GPU", fmt_bytes(case.bytes_per_gpu))
             m[1].metric("Time", fmt_seconds(case.time_s))
-            m[2].metric("Volume model's cost", fmt_seconds(case.volume_s),
-                        help="Bytes at one fixed rate (100 GB/s), whatever link they cross")
+            m[2].metric(
+                "Volume model's cost",
+                fmt_seconds(case.volume_s),
+                help="Bytes at one fixed rate (100 GB/s), whatever link they cross",
+            )
             src, dst, kind = case.bottleneck
-            st.caption(f"Bottleneck: {src}→{dst} ({kind}); each GPU effectively gets "
-                       f"{case.per_gpu_Bps / 1e9:.3g} GB/s through it. Latency part "
-                       f"{fmt_seconds(case.latency_s)}, bandwidth part "
-                       f"{fmt_seconds(case.bandwidth_s)}.")
+            st.caption(
+                f"Bottleneck: {src}→{dst} ({kind}); each GPU effectively gets "
+                f"{case.per_gpu_Bps / 1e9:.3g} GB/s through it. Latency part "
+                f"{fmt_seconds(case.latency_s)}, bandwidth part "
+                f"{fmt_seconds(case.bandwidth_s)}."
+            )
     show_chart(explain_figure(cases), "explain")
     by_bytes = "A" if a.bytes_per_gpu < b.bytes_per_gpu else "B"
     by_time = "A" if a.time_s < b.time_s else "B"
     slow, fast = (a, b) if a.time_s > b.time_s else (b, a)
-    verdict = (f"A volume cost model prefers **plan {by_bytes}** (fewer bytes per GPU). "
-               f"Measured in time on this cluster, **plan {by_time}** wins: plan {slow.name} "
-               f"takes {slow.time_s / fast.time_s:.1f}× as long.")
+    verdict = (
+        f"A volume cost model prefers **plan {by_bytes}** (fewer bytes per GPU). "
+        f"Measured in time on this cluster, **plan {by_time}** wins: plan {slow.name} "
+        f"takes {slow.time_s / fast.time_s:.1f}× as long."
+    )
     if by_bytes != by_time:
-        st.success(verdict + " Every planner decision that places a split inside a host or "
-                             "across hosts is this decision; TAPS makes it with time.")
+        st.success(
+            verdict + " Every planner decision that places a split inside a host or "
+            "across hosts is this decision; TAPS makes it with time."
+        )
     else:
         st.info(verdict + " On this cluster bytes and time agree for this example.")
     st.markdown(HOW)

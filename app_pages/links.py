@@ -15,44 +15,70 @@ def main() -> None:
     st.title("Link traffic")
     context_caption(ctx)
     plan = need_plan(ctx)
-    result = cache.link_breakdown(ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model,
-                                  ctx.memory_limit_bytes)
+    result = cache.link_breakdown(
+        ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
+    )
     if isinstance(result, cache.Failure):
         st.error(result.message)
         st.stop()
     br, (gpus, matrix) = result
     if not plan.links:
         st.info("This plan sends nothing between GPUs (a single GPU, or every op replicated).")
-        state.set_url("top")
         return
     busiest = max(plan.links, key=lambda k: k.busy_time_s)
     c = st.columns(4)
     c[0].metric("Links carrying traffic", f"{len(plan.links)} (directed)")
-    c[1].metric("Busiest link: busy time", fmt_seconds(busiest.busy_time_s),
-                help="Bytes over effective bandwidth, per step")
+    c[1].metric(
+        "Busiest link: busy time",
+        fmt_seconds(busiest.busy_time_s),
+        help="Bytes over effective bandwidth, per step",
+    )
     c[1].caption(f"{busiest.src}→{busiest.dst} ({busiest.kind})")
     c[2].metric("Busiest link: bytes", fmt_bytes(busiest.bytes))
-    c[3].metric("Inter-node share of bytes",
-                f"{100 * plan.inter_node_bytes / max(plan.comm_bytes, 1e-30):.0f}%")
+    c[3].metric(
+        "Inter-node share of bytes",
+        f"{100 * plan.inter_node_bytes / max(plan.comm_bytes, 1e-30):.0f}%",
+    )
     top = st.slider("Links shown per group (busiest first)", 4, 200, key="links_top")
-    state.set_url("top")
     tab_busy, tab_bytes = st.tabs(["Busy time", "Bytes"])
     with tab_busy:
         show_chart(link_bars_figure(br, metric="busy", top=top), "links_busy")
     with tab_bytes:
         show_chart(link_bars_figure(br, metric="bytes", top=top), "links_bytes")
-    st.caption("Busy time = bytes over the link's effective bandwidth (peak x efficiency). The "
-               "busiest link bounds how fast a collective can finish.")
+    st.caption(
+        "Busy time = bytes over the link's effective bandwidth (peak x efficiency). The "
+        "busiest link bounds how fast a collective can finish."
+    )
     show_chart(gpu_heatmap_figure(gpus, matrix), "gpu_heatmap")
     st.subheader("Busiest links")
-    rows = [{"src": k.src, "dst": k.dst, "kind": k.kind, "bandwidth (GB/s)": k.bandwidth_Bps / 1e9,
-             "bytes (GB)": k.bytes / 1e9, "busy (ms)": k.busy_time_s * 1e3}
-            for k in sorted(plan.links, key=lambda k: -k.busy_time_s)[:top]]
-    st.dataframe(rows, hide_index=True, width="stretch", column_config={
-        name: st.column_config.NumberColumn(format="%.4g")
-        for name in ("bandwidth (GB/s)", "bytes (GB)", "busy (ms)")})
-    st.download_button("Links CSV", lambda: links_csv(plan), file_name="taps-links.csv",
-                       mime="text/csv", on_click="ignore", key="dl_links_page")
+    rows = [
+        {
+            "src": k.src,
+            "dst": k.dst,
+            "kind": k.kind,
+            "bandwidth (GB/s)": k.bandwidth_Bps / 1e9,
+            "bytes (GB)": k.bytes / 1e9,
+            "busy (ms)": k.busy_time_s * 1e3,
+        }
+        for k in sorted(plan.links, key=lambda k: -k.busy_time_s)[:top]
+    ]
+    st.dataframe(
+        rows,
+        hide_index=True,
+        width="stretch",
+        column_config={
+            name: st.column_config.NumberColumn(format="%.4g")
+            for name in ("bandwidth (GB/s)", "bytes (GB)", "busy (ms)")
+        },
+    )
+    st.download_button(
+        "Links CSV",
+        lambda: links_csv(plan),
+        file_name="taps-links.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="dl_links_page",
+    )
 
 
 main()

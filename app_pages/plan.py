@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboard import cache, state
 from dashboard.charts import fmt_gib, memory_figure
-from dashboard.graph_view import dag_figure, dag_layout, op_rows
+from dashboard.graph_view import MAX_VISIBLE_GENERATIONS, dag_figure, dag_layout, op_rows
 from dashboard.report_html import html_report
 from dashboard.topology_view import topology_figure
 from dashboard.widgets import context_caption, need_model, need_plan, show_chart
@@ -26,21 +26,39 @@ def main() -> None:
     if plan.search.note:
         st.info(f"Search: {plan.search.note}")
     c = st.columns(4)
-    c[0].metric("Step time", fmt_seconds(plan.total_time_s),
-                help="Compute plus communication per step, no overlap assumed")
-    c[1].metric("Communication time", fmt_seconds(plan.comm_time_s),
-                help="Per step, on the topology-aware link model")
+    c[0].metric(
+        "Step time",
+        fmt_seconds(plan.total_time_s),
+        help="Compute plus communication per step, no overlap assumed",
+    )
+    c[1].metric(
+        "Communication time",
+        fmt_seconds(plan.comm_time_s),
+        help="Per step, on the topology-aware link model",
+    )
     c[2].metric("Compute time", fmt_seconds(plan.compute_time_s))
-    c[3].metric("Search time", fmt_seconds(plan.search.time_s),
-                help=f"{plan.search.algorithm}, {plan.search.num_strategies:,} strategies, "
-                     f"{plan.search.status}")
+    c[3].metric(
+        "Search time",
+        fmt_seconds(plan.search.time_s),
+        help=f"{plan.search.algorithm}, {plan.search.num_strategies:,} strategies, "
+        f"{plan.search.status}",
+    )
     c = st.columns(4)
-    c[0].metric("Intra-node bytes", fmt_bytes(plan.intra_node_bytes),
-                help="Sent by all GPUs per step over NVLink / PCIe")
-    c[1].metric("Inter-node bytes", fmt_bytes(plan.inter_node_bytes),
-                help="Sent by all GPUs per step over the network")
-    c[2].metric("Memory per device", fmt_gib(plan.memory.total),
-                help=f"Limit {fmt_gib(plan.memory_limit_bytes)}")
+    c[0].metric(
+        "Intra-node bytes",
+        fmt_bytes(plan.intra_node_bytes),
+        help="Sent by all GPUs per step over NVLink / PCIe",
+    )
+    c[1].metric(
+        "Inter-node bytes",
+        fmt_bytes(plan.inter_node_bytes),
+        help="Sent by all GPUs per step over the network",
+    )
+    c[2].metric(
+        "Memory per device",
+        fmt_gib(plan.memory.total),
+        help=f"Limit {fmt_gib(plan.memory_limit_bytes)}",
+    )
     n = plan.parameters
     c[3].metric("Parameters", f"{n / 1e9:.3g} B" if n >= 1e9 else f"{n / 1e6:.3g} M")
     mem_fig = memory_figure(plan)
@@ -48,37 +66,63 @@ def main() -> None:
 
     st.subheader("Operator graph")
     expand = st.toggle("Show every layer (expand identical layers)", key="plan_expand")
-    state.set_url("expand")
     layout = dag_layout(plan, graph, expand=expand)
     dag = dag_figure(plan, graph, expand=expand, layout=layout)
     show_chart(dag, "dag")
-    st.caption("Colour = how the op is sharded; hover a node for its shapes, strategy and "
-               "costs. Drag to pan, scroll to zoom.")
+    columns = int(max((x for x, _ in layout.pos.values()), default=0)) + 1
+    wide = (
+        f" Showing the first {MAX_VISIBLE_GENERATIONS} of {columns} columns: drag to pan."
+        if columns > MAX_VISIBLE_GENERATIONS
+        else " Drag to pan, scroll to zoom."
+    )
+    st.caption(
+        "Colour = how the op is sharded; hover a node for its shapes, strategy and costs." + wide
+    )
 
     st.subheader("Per-op strategies")
     st.dataframe(
-        op_rows(plan, graph, expand=expand), hide_index=True, width="stretch",
+        op_rows(plan, graph, expand=expand),
+        hide_index=True,
+        width="stretch",
         column_config={
             "compute (ms)": st.column_config.NumberColumn(format="%.4g"),
             "comm (ms)": st.column_config.NumberColumn(format="%.4g"),
             "comm (MB)": st.column_config.NumberColumn(format="%.4g"),
-        })
+        },
+    )
 
     st.subheader("Downloads")
     d = st.columns(3)
-    d[0].download_button("Plan JSON", lambda: json.dumps(plan_to_json(plan), indent=1),
-                         file_name="taps-plan.json", mime="application/json",
-                         on_click="ignore", key="dl_plan")
-    d[1].download_button("Links CSV", lambda: links_csv(plan), file_name="taps-links.csv",
-                         mime="text/csv", on_click="ignore", key="dl_links")
+    d[0].download_button(
+        "Plan JSON",
+        lambda: json.dumps(plan_to_json(plan), indent=1),
+        file_name="taps-plan.json",
+        mime="application/json",
+        on_click="ignore",
+        key="dl_plan",
+    )
+    d[1].download_button(
+        "Links CSV",
+        lambda: links_csv(plan),
+        file_name="taps-links.csv",
+        mime="text/csv",
+        on_click="ignore",
+        key="dl_links",
+    )
     topo = cache.topology(ctx.topo_json)
 
     def report() -> str:  # runs on click, in another thread: only captured values inside
         figs = [mem_fig, dag, topology_figure(topo, plan)]
         return html_report(plan, figs, rows=op_rows(plan, graph))
 
-    d[2].download_button("HTML report (self-contained)", report, file_name="taps-report.html",
-                         mime="text/html", on_click="ignore", key="dl_html")
+    d[2].download_button(
+        "HTML report (self-contained)",
+        report,
+        file_name="taps-report.html",
+        mime="text/html",
+        on_click="ignore",
+        key="dl_html",
+    )
 
 
 main()

@@ -14,9 +14,16 @@ from taps_core.errors import TapsError
 from taps_core.topology_io import MAX_FILE_BYTES, loads
 
 BUILD_KEYS = {  # form widget key -> BuildSpec field
-    "b_nodes": "nodes", "b_gpus": "gpus", "b_intra": "intra", "b_intra_GBps": "intra_GBps",
-    "b_intra_lat_us": "intra_lat_us", "b_nvlink_pairs_GBps": "nvlink_pairs_GBps",
-    "b_nics": "nics", "b_nic_GBps": "nic_GBps", "b_net_lat_us": "net_lat_us", "b_gpu": "gpu",
+    "b_nodes": "nodes",
+    "b_gpus": "gpus",
+    "b_intra": "intra",
+    "b_intra_GBps": "intra_GBps",
+    "b_intra_lat_us": "intra_lat_us",
+    "b_nvlink_pairs_GBps": "nvlink_pairs_GBps",
+    "b_nics": "nics",
+    "b_nic_GBps": "nic_GBps",
+    "b_net_lat_us": "net_lat_us",
+    "b_gpu": "gpu",
 }
 COLS = ("src", "dst", "kind", "bandwidth (GB/s)", "latency (µs)", "in use")
 
@@ -36,8 +43,9 @@ def _use_upload() -> None:
     data = f.getvalue()
     try:
         if len(data) > MAX_FILE_BYTES:
-            raise ValueError(f"topology file size must be <= {MAX_FILE_BYTES} bytes; "
-                             f"got {len(data)}")
+            raise ValueError(
+                f"topology file size must be <= {MAX_FILE_BYTES} bytes; got {len(data)}"
+            )
         text = data.decode("utf-8", errors="replace")
         loads(text)
     except (TapsError, ValueError) as err:
@@ -62,20 +70,35 @@ def build_section() -> None:
         current = BuildSpec()
     for key, field in BUILD_KEYS.items():
         ss.setdefault(key, getattr(current, field))
-    with st.expander("Build your own cluster", expanded=ss["topo"] == CUSTOM), \
-            st.form("build_form", border=False):
+    with (
+        st.expander("Build your own cluster", expanded=ss["topo"] == CUSTOM),
+        st.form("build_form", border=False),
+    ):
         c = st.columns(4)
         c[0].number_input("Nodes", 1, state.MAX_NODES_UI, step=1, key="b_nodes")
         c[1].number_input("GPUs per node", 1, 16, step=1, key="b_gpus")
-        c[2].selectbox("Inside a node", ("nvswitch", "pcie"), key="b_intra",
-                       help="NVSwitch (every GPU on NVLink) or a PCIe switch")
+        c[2].selectbox(
+            "Inside a node",
+            ("nvswitch", "pcie"),
+            key="b_intra",
+            help="NVSwitch (every GPU on NVLink) or a PCIe switch",
+        )
         c[3].selectbox("GPU", tuple(GPUS), key="b_gpu")
         c = st.columns(4)
-        c[0].number_input("Intra-node bandwidth (GB/s per GPU, each way)", 0.1, 5000.0,
-                          key="b_intra_GBps", help="NVLink to the NVSwitch, or PCIe to the switch")
+        c[0].number_input(
+            "Intra-node bandwidth (GB/s per GPU, each way)",
+            0.1,
+            5000.0,
+            key="b_intra_GBps",
+            help="NVLink to the NVSwitch, or PCIe to the switch",
+        )
         c[1].number_input("Intra-node latency (µs)", 0.0, 1000.0, key="b_intra_lat_us")
-        c[2].number_input("NVLink bridge between GPU pairs (GB/s, PCIe only, 0 = none)",
-                          0.0, 5000.0, key="b_nvlink_pairs_GBps")
+        c[2].number_input(
+            "NVLink bridge between GPU pairs (GB/s, PCIe only, 0 = none)",
+            0.0,
+            5000.0,
+            key="b_nvlink_pairs_GBps",
+        )
         c = st.columns(4)
         c[0].number_input("NICs per node", 1, 16, step=1, key="b_nics")
         c[1].number_input("Bandwidth per NIC (GB/s each way)", 0.01, 5000.0, key="b_nic_GBps")
@@ -133,15 +156,22 @@ def editor_section(base_json: str) -> None:
         seed = {"base": url, "edits": active_edits(ss)}
         ss["editor_seed"] = seed
     st.subheader("Links")
-    st.caption("Edit a link's bandwidth or latency, or untick **in use** to cut it; the change "
-               "applies at once to every page. Cuts that disconnect the cluster are refused.")
+    st.caption(
+        "Edit a link's bandwidth or latency, or untick **in use** to cut it; the change "
+        "applies at once to every page. Cuts that disconnect the cluster are refused."
+    )
     table = st.data_editor(
-        link_rows(base_json, seed["edits"]), key=f"link_editor_{ss['editor_gen']}",
-        hide_index=True, width="stretch", height=320, disabled=["src", "dst", "kind"],
+        link_rows(base_json, seed["edits"]),
+        key=f"link_editor_{ss['editor_gen']}",
+        hide_index=True,
+        width="stretch",
+        height=320,
+        disabled=["src", "dst", "kind"],
         column_config={
             "bandwidth (GB/s)": st.column_config.NumberColumn(min_value=0.001, format="%.4g"),
             "latency (µs)": st.column_config.NumberColumn(min_value=0.0, format="%.4g"),
-        })
+        },
+    )
     new = edits_from_table(base_json, table)
     if new != active_edits(ss):
         ss["edits"], ss["edits_base"] = new, url
@@ -155,21 +185,23 @@ def main() -> None:
     ctx = state.current()
     ss = st.session_state
     st.title("Topology")
-    st.caption("Pick a preset in the sidebar, or build or load a cluster here. Every page plans "
-               "on the cluster shown below.")
+    st.caption(
+        "Pick a preset in the sidebar, or build or load a cluster here. Every page plans "
+        "on the cluster shown below."
+    )
     build_section()
     load_section()
     topo = need_topology(ctx)
     overlay = st.toggle("Show the current plan's traffic on the links", key="topo_overlay")
-    state.set_url("overlay")
     plan = None
     if overlay:
         if ctx.model_error:
             st.info(f"No traffic to show: {ctx.model_error}")
         else:
             with st.spinner("Searching the plan…"):
-                plan = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model,
-                                  ctx.memory_limit_bytes)
+                plan = cache.plan(
+                    ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
+                )
             if isinstance(plan, cache.Failure):
                 st.info(f"No traffic to show: {plan.message}")
                 plan = None
@@ -182,14 +214,20 @@ def main() -> None:
     c[3].caption(topo.gpu.name)
     if ss["topo_custom"] == "json" and ss["topo"] == CUSTOM:
         st.caption("An uploaded topology cannot travel in a URL: share the JSON file instead.")
-    base_json, _, _ = cache.resolve_topology(ss["topo"], int(ss["nodes"]),
-                                                  ss["topo_custom"], ss.get("topo_json"), ())
+    base_json, _, _ = cache.resolve_topology(
+        ss["topo"], int(ss["nodes"]), ss["topo_custom"], ss.get("topo_json"), ()
+    )
     if base_json is not None:
         editor_section(base_json)
     text = ctx.topo_json or ""
-    st.download_button("Download topology JSON", lambda: text, key="dl_topology",
-                       file_name=f"{topo.name.replace(':', '-')}.json", mime="application/json",
-                       on_click="ignore")
+    st.download_button(
+        "Download topology JSON",
+        lambda: text,
+        key="dl_topology",
+        file_name=f"{topo.name.replace(':', '-')}.json",
+        mime="application/json",
+        on_click="ignore",
+    )
 
 
 main()

@@ -36,15 +36,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topology", default="dgx-a100:4")
     ap.add_argument("--mode", default="infer", choices=("train", "infer"))
     ap.add_argument("--reruns", type=int, default=5)
-    ap.add_argument("--pages", default=",".join(PAGES),
-                    help=f"comma-separated, among {','.join(PAGES)} (sweep is left out: a cold "
-                         "sweep on a large model waits for a click)")
+    ap.add_argument(
+        "--pages",
+        default=",".join(PAGES),
+        help=f"comma-separated, among {','.join(PAGES)} (sweep is left out: a cold "
+        "sweep on a large model waits for a click)",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
     at.query_params.update(model=args.model, topo=args.topology, mode=args.mode)
-    print(f"dashboard reruns: {args.model} on {args.topology}, {args.mode}, "
-          f"{args.reruns} warm reruns per page")
+    print(
+        f"dashboard reruns: {args.model} on {args.topology}, {args.mode}, "
+        f"{args.reruns} warm reruns per page"
+    )
     print(f"{'page':<14} {'cold (s)':>9} {'warm median (s)':>16} {'warm max (s)':>13}")
     worst_plan = 0.0
     for name in args.pages.split(","):
@@ -52,8 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         cold = timed(at)
         warm = [timed(at) for _ in range(args.reruns)]
         print(f"{name:<14} {cold:>9.2f} {statistics.median(warm):>16.3f} {max(warm):>13.3f}")
+        for err in at.error:
+            print(f"{'':<14} (the page shows an error: {err.value})")
         if name == "plan":
             worst_plan = max(warm)
+            if at.error:
+                continue
             at.toggle(key="plan_expand").set_value(True)
             expanded = timed(at)
             at.toggle(key="plan_expand").set_value(False)

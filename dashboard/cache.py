@@ -39,8 +39,11 @@ def graph(model: str, model_text: str | None, batch: int, seq: int, dtype: str) 
     """Operator graph of a sample (by name) or uploaded config (by text). Raises TapsError."""
     from taps_core.models import build_graph, config_from_text, load_model_config
 
-    cfg = config_from_text(model_text, name=model) if model_text is not None \
+    cfg = (
+        config_from_text(model_text, name=model)
+        if model_text is not None
         else load_model_config(model)
+    )
     return build_graph(cfg.with_workload(batch_size=batch, seq_length=seq, dtype=dtype))
 
 
@@ -66,8 +69,9 @@ def link_model(topo_json: str) -> LinkModel:
 
 
 @st.cache_resource(max_entries=64, show_spinner=False)
-def resolve_topology(source: str, nodes: int, custom: str, json_text: str | None,
-                     edits: tuple[str, ...]) -> tuple[str | None, str, tuple[str, ...]]:
+def resolve_topology(
+    source: str, nodes: int, custom: str, json_text: str | None, edits: tuple[str, ...]
+) -> tuple[str | None, str, tuple[str, ...]]:
     """(topology JSON or None, label, messages) of a source plus link edits."""
     from dashboard.state import apply_edits, base_topology, parse_edits
     from taps_core.topology_io import dumps
@@ -77,30 +81,38 @@ def resolve_topology(source: str, nodes: int, custom: str, json_text: str | None
     except TapsError as err:
         return None, "invalid topology", (str(err),)
     topo, errors = apply_edits(base, parse_edits(";".join(edits)))
-    label = topo.name + (f" with {len(edits) - len(errors)} link edit(s)"
-                         if len(edits) > len(errors) else "")
+    label = topo.name + (
+        f" with {len(edits) - len(errors)} link edit(s)" if len(edits) > len(errors) else ""
+    )
     return dumps(topo), label, tuple(errors)
 
 
 @st.cache_data(ttl=TTL, max_entries=64, show_spinner=False)
-def plan(work: Workload, topo_json: str, mode: str, cost_model: str,
-         memory_limit_bytes: float | None) -> Plan | Failure:
+def plan(
+    work: Workload, topo_json: str, mode: str, cost_model: str, memory_limit_bytes: float | None
+) -> Plan | Failure:
     """The searched plan (``taps`` label for the topology cost model, ``volume`` otherwise)."""
     g = graph_or_failure(work)
     if isinstance(g, Failure):
         return g
     try:
-        return search(g, topology(topo_json), mode=mode, cost_model=cost_model,
-                      memory_limit_bytes=memory_limit_bytes,
-                      label="taps" if cost_model == "topology" else "volume",
-                      links=LinkModel(topology(topo_json)))
+        return search(
+            g,
+            topology(topo_json),
+            mode=mode,
+            cost_model=cost_model,
+            memory_limit_bytes=memory_limit_bytes,
+            label="taps" if cost_model == "topology" else "volume",
+            links=link_model(topo_json),
+        )
     except TapsError as err:
         return Failure(str(err))
 
 
 @st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
-def comparison(work: Workload, topo_json: str, mode: str,
-               memory_limit_bytes: float | None) -> dict[str, Plan | NotFitting] | Failure:
+def comparison(
+    work: Workload, topo_json: str, mode: str, memory_limit_bytes: float | None
+) -> dict[str, Plan | NotFitting] | Failure:
     """TAPS against the volume, Megatron and data-parallel plans."""
     g = graph_or_failure(work)
     if isinstance(g, Failure):
@@ -112,8 +124,9 @@ def comparison(work: Workload, topo_json: str, mode: str,
 
 
 @st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
-def link_breakdown(work: Workload, topo_json: str, mode: str, cost_model: str,
-                   memory_limit_bytes: float | None) -> Any:
+def link_breakdown(
+    work: Workload, topo_json: str, mode: str, cost_model: str, memory_limit_bytes: float | None
+) -> Any:
     """Per-link bytes by op kind and the GPU x GPU matrix of the plan :func:`plan` returns."""
     from taps_core.traffic import gpu_traffic_matrix, link_traffic_by_op_kind
 
@@ -126,8 +139,14 @@ def link_breakdown(work: Workload, topo_json: str, mode: str, cost_model: str,
 
 
 @st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
-def sweep(work: Workload, topo_json: str, mode: str, memory_limit_bytes: float | None,
-          bandwidths_Bps: tuple[float, ...], labels: tuple[str, ...]) -> Any:
+def sweep(
+    work: Workload,
+    topo_json: str,
+    mode: str,
+    memory_limit_bytes: float | None,
+    bandwidths_Bps: tuple[float, ...],
+    labels: tuple[str, ...],
+) -> Any:
     """:func:`taps_core.sweep.sweep_inter_bandwidth` (a ``Sweep``) or a Failure."""
     from taps_core.sweep import sweep_inter_bandwidth
 
@@ -135,8 +154,14 @@ def sweep(work: Workload, topo_json: str, mode: str, memory_limit_bytes: float |
     if isinstance(g, Failure):
         return g
     try:
-        return sweep_inter_bandwidth(g, topology(topo_json), bandwidths_Bps, mode=mode,
-                                     memory_limit_bytes=memory_limit_bytes, labels=labels)
+        return sweep_inter_bandwidth(
+            g,
+            topology(topo_json),
+            bandwidths_Bps,
+            mode=mode,
+            memory_limit_bytes=memory_limit_bytes,
+            labels=labels,
+        )
     except TapsError as err:
         return Failure(str(err))
 

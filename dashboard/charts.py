@@ -24,39 +24,82 @@ GiB = 2**30
 FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=13, color="#1f2937")
 # Okabe-Ito colours: distinguishable with colour-blindness and in greyscale print
 SHARDING_COLORS = {
-    "replicated": "#999999", "data parallel": "#0072B2", "column": "#E69F00", "row": "#009E73",
-    "2-D": "#CC79A7", "expert": "#D55E00", "sequence": "#56B4E9",
+    "replicated": "#999999",
+    "data parallel": "#0072B2",
+    "column": "#E69F00",
+    "row": "#009E73",
+    "2-D": "#CC79A7",
+    "expert": "#D55E00",
+    "sequence": "#56B4E9",
 }
-PLAN_COLORS = {"taps": "#D55E00", "volume": "#0072B2", "megatron": "#009E73",
-               "data_parallel": "#CC79A7"}
-PLAN_NAMES = {"taps": "TAPS (topology-aware)", "volume": "volume-based",
-              "megatron": "Megatron-style", "data_parallel": "data parallel"}
+PLAN_COLORS = {
+    "taps": "#D55E00",
+    "volume": "#0072B2",
+    "megatron": "#009E73",
+    "data_parallel": "#CC79A7",
+}
+PLAN_NAMES = {
+    "taps": "TAPS (topology-aware)",
+    "volume": "volume-based",
+    "megatron": "Megatron-style",
+    "data_parallel": "data parallel",
+}
 LINK_COLORS = {"nvlink": "#76B900", "pcie": "#E69F00", "network": "#0072B2"}
-MEMORY_PARTS = (("parameters", "#0072B2"), ("gradients", "#56B4E9"),
-                ("optimizer", "#E69F00"), ("activations", "#009E73"))
-OP_KIND_COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",
-                  "#F0E442", "#999999", "#882255", "#44AA99", "#332288")
+MEMORY_PARTS = (
+    ("parameters", "#0072B2"),
+    ("gradients", "#56B4E9"),
+    ("optimizer", "#E69F00"),
+    ("activations", "#009E73"),
+)
+OP_KIND_COLORS = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#D55E00",
+    "#F0E442",
+    "#999999",
+    "#882255",
+    "#44AA99",
+    "#332288",
+)
 
 
-def style(fig: go.Figure, title: str, *, x: str | None = None, y: str | None = None,
-          height: int = 380, legend_title: str | None = None,
-          legend_below: bool = False) -> go.Figure:
+def style(
+    fig: go.Figure,
+    title: str,
+    *,
+    x: str | None = None,
+    y: str | None = None,
+    height: int = 380,
+    legend_title: str | None = None,
+    legend_below: bool = False,
+) -> go.Figure:
     """Apply the dashboard look: title, axis titles, legend, readable fonts.
 
     The legend sits under the title, or under the plot with ``legend_below`` (for subplots,
     whose own titles take the space above).
     """
-    legend = dict(orientation="h", x=0, font=dict(size=12), traceorder="normal",
-                  title=dict(text=legend_title) if legend_title else None)
+    legend = dict(
+        orientation="h",
+        x=0,
+        font=dict(size=12),
+        traceorder="normal",
+        title=dict(text=legend_title) if legend_title else None,
+    )
     if legend_below:
         legend.update(yanchor="top", y=-0.12)
     else:
         legend.update(yanchor="bottom", y=1.02)
     fig.update_layout(
-        template="plotly_white", font=FONT, height=height,
+        template="plotly_white",
+        font=FONT,
+        height=height,
         title=dict(text=title, font=dict(size=16), x=0, xanchor="left"),
         margin=dict(l=70, r=30, t=90, b=60 if not legend_below else 110),
-        legend=legend, hoverlabel=dict(font_size=13),
+        legend=legend,
+        hoverlabel=dict(font_size=13),
     )
     if x is not None:
         fig.update_xaxes(title_text=x, title_font=dict(size=13), tickfont=dict(size=12))
@@ -92,15 +135,43 @@ def memory_figure(plan: Plan) -> go.Figure:
     m = plan.memory
     for part, color in MEMORY_PARTS:
         value = getattr(m, part) / GiB
-        fig.add_bar(y=["per device"], x=[value], orientation="h", name=part, marker_color=color,
-                    hovertemplate=f"{part}: %{{x:.2f}} GiB<extra></extra>")
+        fig.add_bar(
+            y=["per device"],
+            x=[value],
+            orientation="h",
+            name=part,
+            marker_color=color,
+            hovertemplate=f"{part}: %{{x:.3g}} GiB<extra></extra>",
+        )
     limit = plan.memory_limit_bytes / GiB
-    fig.add_vline(x=limit, line=dict(color="#b91c1c", dash="dash", width=2),
-                  annotation=dict(text=f"limit {limit:.0f} GiB", font=dict(size=12)))
+    total = m.total / GiB
+    if total >= 0.2 * limit:  # near the limit: show both to scale
+        fig.add_vline(
+            x=limit,
+            line=dict(color="#b91c1c", dash="dash", width=2),
+            annotation=dict(text=f"limit {limit:.3g} GiB", font=dict(size=12)),
+        )
+        fig.update_xaxes(range=[0, max(limit, total) * 1.08])
+    else:  # far below it: zoom on the bar, say where the limit is
+        fig.update_xaxes(range=[0, total * 1.25 or 1.0])
+        fig.add_annotation(
+            x=1,
+            xref="paper",
+            y=1.0,
+            yref="paper",
+            xanchor="right",
+            yanchor="bottom",
+            text=f"limit {limit:.3g} GiB: off scale →",
+            showarrow=False,
+            font=dict(size=12, color="#b91c1c"),
+        )
     fig.update_layout(barmode="stack")
-    fig.update_xaxes(range=[0, max(limit, m.total / GiB) * 1.08])
-    return style(fig, f"Memory per device: {fmt_gib(m.total)} of {limit:.0f} GiB",
-                 x="memory per device (GiB)", height=230)
+    return style(
+        fig,
+        f"Memory per device: {fmt_gib(m.total)} of {limit:.0f} GiB",
+        x="memory per device (GiB)",
+        height=230,
+    )
 
 
 # ---- compare page ---------------------------------------------------------------------------
@@ -113,42 +184,77 @@ def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
     comp = [p.compute_time_s * 1e3 if isinstance(p, Plan) else 0.0 for p in plans.values()]
     comm = [p.comm_time_s * 1e3 if isinstance(p, Plan) else 0.0 for p in plans.values()]
     fig = go.Figure()
-    fig.add_bar(x=names, y=comp, name="compute", marker_color="#9ca3af",
-                hovertemplate="%{x}<br>compute %{y:.3g} ms<extra></extra>")
-    fig.add_bar(x=names, y=comm, name="communication (colour per plan)",
-                marker_color=[PLAN_COLORS.get(lb, "#333") for lb in labels],
-                hovertemplate="%{x}<br>communication %{y:.3g} ms<extra></extra>")
+    fig.add_bar(
+        x=names,
+        y=comp,
+        name="compute",
+        marker_color="#9ca3af",
+        hovertemplate="%{x}<br>compute %{y:.3g} ms<extra></extra>",
+    )
+    fig.add_bar(
+        x=names,
+        y=comm,
+        name="communication (colour per plan)",
+        marker_color=[PLAN_COLORS.get(lb, "#333") for lb in labels],
+        hovertemplate="%{x}<br>communication %{y:.3g} ms<extra></extra>",
+    )
     top = max((a + b for a, b in zip(comp, comm)), default=1.0) or 1.0
     for name, p in zip(names, plans.values()):
         if isinstance(p, NotFitting):
-            fig.add_annotation(x=name, y=top * 0.05, text="does not fit", showarrow=False,
-                               font=dict(size=13, color="#b91c1c"), yanchor="bottom")
+            fig.add_annotation(
+                x=name,
+                y=top * 0.05,
+                text="does not fit",
+                showarrow=False,
+                font=dict(size=13, color="#b91c1c"),
+                yanchor="bottom",
+            )
         else:
-            fig.add_annotation(x=name, y=p.total_time_s * 1e3, text=fmt_seconds(p.total_time_s),
-                               showarrow=False, yanchor="bottom", font=dict(size=12))
+            fig.add_annotation(
+                x=name,
+                y=p.total_time_s * 1e3,
+                text=fmt_seconds(p.total_time_s),
+                showarrow=False,
+                yanchor="bottom",
+                font=dict(size=12),
+            )
     fig.update_layout(barmode="stack")
-    return style(fig, "Step time per plan (compute + communication, no overlap)",
-                 x="plan", y="time per step (ms)")
+    return style(
+        fig,
+        "Step time per plan (compute + communication, no overlap)",
+        x="plan",
+        y="time per step (ms)",
+    )
 
 
 def link_diff_figure(taps: Plan, other: Plan, top: int = 20) -> go.Figure:
     """Per-link bytes of TAPS and another plan, for the links where they differ most."""
     a = {(k.src, k.dst): k for k in taps.links}
     b = {(k.src, k.dst): k for k in other.links}
-    keys = sorted(set(a) | set(b),
-                  key=lambda k: -abs((a[k].bytes if k in a else 0) - (b[k].bytes if k in b else 0)))
+    keys = sorted(
+        set(a) | set(b),
+        key=lambda k: -abs((a[k].bytes if k in a else 0) - (b[k].bytes if k in b else 0)),
+    )
     keys = keys[:top]
     names = [f"{s}→{d}" for s, d in keys]
     fig = go.Figure()
     for label, table in ((taps.label, a), (other.label, b)):
-        fig.add_bar(x=names, y=[table[k].bytes / 1e9 if k in table else 0.0 for k in keys],
-                    name=plan_name(label), marker_color=PLAN_COLORS.get(label, "#333"),
-                    hovertemplate="%{x}<br>%{y:.3g} GB<extra>" + plan_name(label) + "</extra>")
+        fig.add_bar(
+            x=names,
+            y=[table[k].bytes / 1e9 if k in table else 0.0 for k in keys],
+            name=plan_name(label),
+            marker_color=PLAN_COLORS.get(label, "#333"),
+            hovertemplate="%{x}<br>%{y:.3g} GB<extra>" + plan_name(label) + "</extra>",
+        )
     fig.update_layout(barmode="group")
     fig.update_xaxes(tickangle=-45)
-    return style(fig, f"Links where TAPS and {plan_name(other.label)} differ most "
-                      f"(top {len(keys)})", x="directed link", y="bytes per step (GB)",
-                 height=440)
+    return style(
+        fig,
+        f"Links where TAPS and {plan_name(other.label)} differ most (top {len(keys)})",
+        x="directed link",
+        y="bytes per step (GB)",
+        height=440,
+    )
 
 
 # ---- links page -----------------------------------------------------------------------------
@@ -162,8 +268,12 @@ def link_bars_figure(br: LinkBreakdown, *, metric: str, top: int) -> go.Figure:
     inter = np.array([kind == "network" for _, _, kind, _ in br.links])
     groups = [("intra-node links (NVLink / PCIe)", ~inter), ("inter-node links (network)", inter)]
     groups = [(t, mask) for t, mask in groups if mask.any()] or [("links", ~inter)]
-    fig = make_subplots(rows=len(groups), cols=1, subplot_titles=[t for t, _ in groups],
-                        vertical_spacing=0.28 if len(groups) > 1 else 0.1)
+    fig = make_subplots(
+        rows=len(groups),
+        cols=1,
+        subplot_titles=[t for t, _ in groups],
+        vertical_spacing=0.28 if len(groups) > 1 else 0.1,
+    )
     shown: set[str] = set()
     for row, (_, mask) in enumerate(groups, start=1):
         idx = np.flatnonzero(mask)
@@ -172,38 +282,59 @@ def link_bars_figure(br: LinkBreakdown, *, metric: str, top: int) -> go.Figure:
         for k, kind in enumerate(br.op_kinds):
             if not values[k, idx].any():
                 continue
-            fig.add_bar(x=names, y=values[k, idx], name=kind, legendgroup=kind,
-                        showlegend=kind not in shown,
-                        marker_color=OP_KIND_COLORS[k % len(OP_KIND_COLORS)],
-                        hovertemplate="%{x}<br>" + kind + ": %{y:.3g}<extra></extra>",
-                        row=row, col=1)
+            fig.add_bar(
+                x=names,
+                y=values[k, idx],
+                name=kind,
+                legendgroup=kind,
+                showlegend=kind not in shown,
+                marker_color=OP_KIND_COLORS[k % len(OP_KIND_COLORS)],
+                hovertemplate="%{x}<br>" + kind + ": %{y:.3g}<extra></extra>",
+                row=row,
+                col=1,
+            )
             shown.add(kind)
         fig.update_yaxes(title_text=unit, row=row, col=1)
         fig.update_xaxes(tickangle=-45, tickfont=dict(size=12), row=row, col=1)
     fig.update_layout(barmode="stack")
     fig.update_annotations(font_size=14)
     what = "Bytes" if metric == "bytes" else "Busy time"
-    fig = style(fig, f"{what} per link, stacked by op kind (top {top} per group)",
-                height=340 * len(groups) + 150, legend_title="op kind")
+    fig = style(
+        fig,
+        f"{what} per link, stacked by op kind (top {top} per group)",
+        height=340 * len(groups) + 150,
+        legend_title="op kind",
+    )
     # subplot titles sit where the legend usually goes: put it on the right instead
-    fig.update_layout(legend=dict(orientation="v", x=1.01, y=1, yanchor="top"),
-                      margin=dict(r=140))
+    fig.update_layout(legend=dict(orientation="v", x=1.01, y=1, yanchor="top"), margin=dict(r=140))
     return fig
 
 
 def gpu_heatmap_figure(gpus: tuple[str, ...], matrix: np.ndarray) -> go.Figure:
-    """GPU x GPU bytes sent per step (row sends to column)."""
-    fig = go.Figure(go.Heatmap(
-        z=matrix / 1e9, x=list(gpus), y=list(gpus), colorscale="Viridis",
-        colorbar=dict(title=dict(text="GB sent", font=dict(size=13)), tickfont=dict(size=12)),
-        hovertemplate="%{y} → %{x}<br>%{z:.3g} GB<extra></extra>"))
-    fig.update_yaxes(autorange="reversed")
+    """GPU x GPU bytes sent per step (row sends to column); ranks instead of names past 32."""
     n = len(gpus)
-    tick = dict(tickfont=dict(size=12 if n <= 32 else 10))
-    fig.update_xaxes(**tick, tickangle=-45)
-    fig.update_yaxes(**tick)
-    return style(fig, "GPU-to-GPU traffic per step", x="receiving GPU", y="sending GPU",
-                 height=min(900, max(420, 24 * n + 160)))
+    names = n <= 32
+    axis = list(gpus) if names else list(range(n))
+    fig = go.Figure(
+        go.Heatmap(
+            z=matrix / 1e9,
+            x=axis,
+            y=axis,
+            colorscale="Viridis",
+            colorbar=dict(title=dict(text="GB sent", font=dict(size=13)), tickfont=dict(size=12)),
+            hovertemplate="%{y} → %{x}<br>%{z:.3g} GB<extra></extra>",
+        )
+    )
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=12))
+    fig.update_xaxes(tickfont=dict(size=12), tickangle=-45 if names else 0)
+    unit = "" if names else f" (global rank, {gpus[0]} = 0)"
+    return style(
+        fig,
+        "GPU-to-GPU traffic per step",
+        x="receiving GPU" + unit,
+        y="sending GPU" + unit,
+        height=min(900, max(420, 24 * n + 160)),
+    )
 
 
 # ---- sweep page -----------------------------------------------------------------------------
@@ -214,32 +345,57 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     x = [p.node_bandwidth_Bps / 1e9 for p in sw.points]
     fig = go.Figure()
     for label in sw.labels:
-        y = [None if p.comm_time_s[label] is None else p.comm_time_s[label] * 1e3
-             for p in sw.points]
-        fig.add_scatter(x=x, y=y, name=plan_name(label), mode="lines+markers",
-                        line=dict(color=PLAN_COLORS.get(label), width=3 if label == "taps" else 2),
-                        marker=dict(size=8),
-                        hovertemplate="%{x:.3g} GB/s per host<br>%{y:.3g} ms<extra>"
-                                      + plan_name(label) + "</extra>")
+        y = [
+            None if p.comm_time_s[label] is None else p.comm_time_s[label] * 1e3 for p in sw.points
+        ]
+        fig.add_scatter(
+            x=x,
+            y=y,
+            name=plan_name(label),
+            mode="lines+markers",
+            line=dict(color=PLAN_COLORS.get(label), width=3 if label == "taps" else 2),
+            marker=dict(size=8),
+            hovertemplate="%{x:.3g} GB/s per host<br>%{y:.3g} ms<extra>"
+            + plan_name(label)
+            + "</extra>",
+        )
     changes = sw.changes
     if changes:
         cx = [x[i] for i in changes]
-        cy = [sw.points[i].comm_time_s["taps"] * 1e3 if sw.points[i].comm_time_s["taps"]
-              is not None else None for i in changes]
-        fig.add_scatter(x=cx, y=cy, mode="markers", name="TAPS plan changes",
-                        marker=dict(symbol="star", size=18, color="#111827",
-                                    line=dict(color="white", width=1)),
-                        hovertemplate="TAPS switches plan at %{x:.3g} GB/s<extra></extra>")
+        cy = [
+            sw.points[i].comm_time_s["taps"] * 1e3
+            if sw.points[i].comm_time_s["taps"] is not None
+            else None
+            for i in changes
+        ]
+        fig.add_scatter(
+            x=cx,
+            y=cy,
+            mode="markers",
+            name="TAPS plan changes",
+            marker=dict(symbol="star", size=18, color="#111827", line=dict(color="white", width=1)),
+            hovertemplate="TAPS switches plan at %{x:.3g} GB/s<extra></extra>",
+        )
     if current_Bps:  # on a log axis shapes take data values, annotations log10 positions
         fig.add_vline(x=current_Bps / 1e9, line=dict(color="#6b7280", dash="dot", width=2))
-        fig.add_annotation(x=math.log10(current_Bps / 1e9), y=1, yref="paper", yanchor="bottom",
-                           text=f"this cluster: {current_Bps / 1e9:.3g} GB/s", showarrow=False,
-                           font=dict(size=12, color="#374151"))
+        fig.add_annotation(
+            x=math.log10(current_Bps / 1e9),
+            y=1,
+            yref="paper",
+            yanchor="bottom",
+            text=f"this cluster: {current_Bps / 1e9:.3g} GB/s",
+            showarrow=False,
+            font=dict(size=12, color="#374151"),
+        )
     fig.update_xaxes(type="log")
     fig.update_yaxes(type="log")
-    return style(fig, "Communication time per step vs inter-node bandwidth",
-                 x="inter-node bandwidth per host (GB/s, log scale)",
-                 y="communication time per step (ms, log scale)", height=440)
+    return style(
+        fig,
+        "Communication time per step vs inter-node bandwidth",
+        x="inter-node bandwidth per host (GB/s, log scale)",
+        y="communication time per step (ms, log scale)",
+        height=440,
+    )
 
 
 # ---- how-it-works page ------------------------------------------------------------------------
@@ -247,24 +403,56 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
 
 def explain_figure(cases: tuple[Case, Case]) -> go.Figure:
     """Bytes each GPU sends vs time taken, for plans A and B side by side."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("What a volume model sees: bytes per GPU",
-                                                        "What the GPUs feel: time"))
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        subplot_titles=("What a volume model sees: bytes per GPU", "What the GPUs feel: time"),
+    )
     colors = ("#009E73", "#0072B2")
     for case, color in zip(cases, colors):
         name = f"plan {case.name}: {case.description}"
-        fig.add_bar(x=[f"plan {case.name}"], y=[case.bytes_per_gpu / 1e9], name=name,
-                    marker_color=color, legendgroup=case.name, text=[fmt_bytes(case.bytes_per_gpu)],
-                    textposition="outside", row=1, col=1,
-                    hovertemplate=f"{name}<br>%{{y:.3g}} GB per GPU<extra></extra>")
-        fig.add_bar(x=[f"plan {case.name}"], y=[case.time_s * 1e3], name=name, showlegend=False,
-                    marker_color=color, legendgroup=case.name, text=[fmt_seconds(case.time_s)],
-                    textposition="outside", row=1, col=2,
-                    hovertemplate=f"{name}<br>%{{y:.3g}} ms<extra></extra>")
-    fig.update_yaxes(title_text="bytes sent per GPU (GB)", row=1, col=1,
-                     range=[0, max(c.bytes_per_gpu for c in cases) / 1e9 * 1.25])
-    fig.update_yaxes(title_text="all-reduce time (ms)", row=1, col=2,
-                     range=[0, max(c.time_s for c in cases) * 1e3 * 1.25])
+        fig.add_bar(
+            x=[f"plan {case.name}"],
+            y=[case.bytes_per_gpu / 1e9],
+            name=name,
+            marker_color=color,
+            legendgroup=case.name,
+            text=[fmt_bytes(case.bytes_per_gpu)],
+            textposition="outside",
+            row=1,
+            col=1,
+            hovertemplate=f"{name}<br>%{{y:.3g}} GB per GPU<extra></extra>",
+        )
+        fig.add_bar(
+            x=[f"plan {case.name}"],
+            y=[case.time_s * 1e3],
+            name=name,
+            showlegend=False,
+            marker_color=color,
+            legendgroup=case.name,
+            text=[fmt_seconds(case.time_s)],
+            textposition="outside",
+            row=1,
+            col=2,
+            hovertemplate=f"{name}<br>%{{y:.3g}} ms<extra></extra>",
+        )
+    fig.update_yaxes(
+        title_text="bytes sent per GPU (GB)",
+        row=1,
+        col=1,
+        range=[0, max(c.bytes_per_gpu for c in cases) / 1e9 * 1.25],
+    )
+    fig.update_yaxes(
+        title_text="all-reduce time (ms)",
+        row=1,
+        col=2,
+        range=[0, max(c.time_s for c in cases) * 1e3 * 1.25],
+    )
     fig.update_annotations(font_size=14)
     fig.update_traces(textfont_size=13, cliponaxis=False)
-    return style(fig, "All-reduce of one buffer: plan A (inside a host) vs plan B (across hosts)",
-                 height=460, legend_below=True)
+    return style(
+        fig,
+        "All-reduce of one buffer: plan A (inside a host) vs plan B (across hosts)",
+        height=460,
+        legend_below=True,
+    )

@@ -25,7 +25,7 @@ from taps_core.report import (
     strategy_words,
 )
 
-MAX_VISIBLE_GENERATIONS = 60  # wider graphs open zoomed on their start; drag to pan
+MAX_VISIBLE_GENERATIONS = 28  # wider graphs open zoomed on their start (labels stay legible)
 
 
 def _relative_names(plan: Plan) -> dict[str, str]:
@@ -43,7 +43,7 @@ def _relative_names(plan: Plan) -> dict[str, str]:
             common += 1
         prefix = "".join(f"{p}." for p in parts[0][:common])
         for name in names:
-            out[name] = name[len(prefix):] or name
+            out[name] = name[len(prefix) :] or name
     return out
 
 
@@ -144,14 +144,23 @@ def _hover(op: OpPlan, graph: OpGraph, copies: int, differs: int | None, baselin
         f"({fmt_bytes(op.comm_bytes)})" + (" per layer" if copies > 1 else ""),
     ]
     if differs:
-        lines.append(f"<b>differs from {baseline}</b>"
-                     + (f" in {differs} of {copies} layers" if copies > 1 else ""))
+        lines.append(
+            f"<b>differs from {baseline}</b>"
+            + (f" in {differs} of {copies} layers" if copies > 1 else "")
+        )
     return "<br>".join(lines)
 
 
-def dag_figure(plan: Plan, graph: OpGraph, *, expand: bool = False,
-               highlight: set[str] | None = None, baseline: str = "", title: str | None = None,
-               layout: DagLayout | None = None) -> go.Figure:
+def dag_figure(
+    plan: Plan,
+    graph: OpGraph,
+    *,
+    expand: bool = False,
+    highlight: set[str] | None = None,
+    baseline: str = "",
+    title: str | None = None,
+    layout: DagLayout | None = None,
+) -> go.Figure:
     """Plotly DAG coloured by sharding class; ``highlight`` ops get a red ring."""
     lay = layout or dag_layout(plan, graph, expand=expand)
     ops = {op.name: op for op in plan.ops}
@@ -162,17 +171,35 @@ def dag_figure(plan: Plan, graph: OpGraph, *, expand: bool = False,
         (x0, y0), (x1, y1) = lay.pos[u], lay.pos[v]
         ex += [x0, x1, None]
         ey += [y0, y1, None]
-    fig.add_scatter(x=ex, y=ey, mode="lines", line=dict(color="#9ca3af", width=1.2),
-                    hoverinfo="skip", showlegend=False)
+    fig.add_scatter(
+        x=ex,
+        y=ey,
+        mode="lines",
+        line=dict(color="#9ca3af", width=1.2),
+        hoverinfo="skip",
+        showlegend=False,
+    )
     for layer, copies, names in lay.blocks:
         xs = [lay.pos[n][0] for n in names]
         ys = [lay.pos[n][1] for n in names]
-        fig.add_shape(type="rect", x0=min(xs) - 0.45, x1=max(xs) + 0.45, y0=min(ys) - 0.8,
-                      y1=max(ys) + 0.8, line=dict(color="#6b7280", dash="dot", width=1.5),
-                      fillcolor="rgba(107,114,128,0.07)", layer="below")
-        fig.add_annotation(x=(min(xs) + max(xs)) / 2, y=max(ys) + 0.8, yanchor="bottom",
-                           text=f"<b>layer {layer} ×{copies}</b>", showarrow=False,
-                           font=dict(size=13, color="#374151"))
+        fig.add_shape(
+            type="rect",
+            x0=min(xs) - 0.45,
+            x1=max(xs) + 0.45,
+            y0=min(ys) - 0.8,
+            y1=max(ys) + 0.8,
+            line=dict(color="#6b7280", dash="dot", width=1.5),
+            fillcolor="rgba(107,114,128,0.07)",
+            layer="below",
+        )
+        fig.add_annotation(
+            x=(min(xs) + max(xs)) / 2,
+            y=max(ys) + 0.8,
+            yanchor="bottom",
+            text=f"<b>layer {layer} ×{copies}</b>",
+            showarrow=False,
+            font=dict(size=13, color="#374151"),
+        )
     by_class: dict[str, list[str]] = {}
     for name in lay.nodes:
         by_class.setdefault(sharding_class(ops[name]), []).append(name)
@@ -182,47 +209,86 @@ def dag_figure(plan: Plan, graph: OpGraph, *, expand: bool = False,
         if not names:
             continue
         copies = [len(lay.groups.members[n]) if not expand else 1 for n in names]
-        diffs = [sum(m in highlight for m in (lay.groups.members[n] if not expand else (n,)))
-                 for n in names]
+        diffs = [
+            sum(m in highlight for m in (lay.groups.members[n] if not expand else (n,)))
+            for n in names
+        ]
         fig.add_scatter(
-            x=[lay.pos[n][0] for n in names], y=[lay.pos[n][1] for n in names],
-            mode="markers" if many else "markers+text", name=klass,
+            x=[lay.pos[n][0] for n in names],
+            y=[lay.pos[n][1] for n in names],
+            mode="markers" if many else "markers+text",
+            name=klass,
             text=[lay.groups.relative.get(n, n) for n in names],
-            textposition=["top center" if int(lay.pos[n][0]) % 2 == 0 else "bottom center"
-                          for n in names],
+            textposition=[
+                "top center" if int(lay.pos[n][0]) % 2 == 0 else "bottom center" for n in names
+            ],
             textfont=dict(size=12, color="#374151"),
-            marker=dict(size=16, color=SHARDING_COLORS[klass], symbol="circle",
-                        line=dict(color=["#dc2626" if d else "white" for d in diffs],
-                                  width=[4 if d else 1 for d in diffs])),
-            hovertext=[_hover(ops[n], graph, c, d, baseline) for n, c, d in
-                       zip(names, copies, diffs)],
+            marker=dict(
+                size=16,
+                color=SHARDING_COLORS[klass],
+                symbol="circle",
+                line=dict(color="white", width=1),
+            ),
+            hovertext=[
+                _hover(ops[n], graph, c, d, baseline) for n, c, d in zip(names, copies, diffs)
+            ],
             hoverinfo="text",
         )
-    if highlight:
-        fig.add_scatter(x=[None], y=[None], mode="markers", name=f"differs from {baseline}",
-                        marker=dict(size=16, color="white", line=dict(color="#dc2626", width=4)))
+    if highlight:  # rings drawn over the class markers, so legend swatches stay plain
+        ringed = [
+            n
+            for n in lay.nodes
+            if any(m in highlight for m in (lay.groups.members[n] if not expand else (n,)))
+        ]
+        fig.add_scatter(
+            x=[lay.pos[n][0] for n in ringed] or [None],
+            y=[lay.pos[n][1] for n in ringed] or [None],
+            mode="markers",
+            name=f"differs from {baseline}",
+            hoverinfo="skip",
+            marker=dict(size=24, symbol="circle-open", color="#dc2626", line=dict(width=3)),
+        )
     if lay.blocks:
-        fig.add_scatter(x=[None], y=[None], mode="markers", name="identical layers (×N)",
-                        marker=dict(size=16, symbol="square", color="rgba(107,114,128,0.15)",
-                                    line=dict(color="#6b7280", width=1.5)))
+        fig.add_scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            name="identical layers (×N)",
+            marker=dict(
+                size=16,
+                symbol="square",
+                color="rgba(107,114,128,0.15)",
+                line=dict(color="#6b7280", width=1.5),
+            ),
+        )
     xs = [p[0] for p in lay.pos.values()] or [0.0]
     ys = [p[1] for p in lay.pos.values()] or [0.0]
     xmax = max(xs)
-    fig.update_xaxes(showgrid=False, zeroline=False, showticklabels=False,
-                     range=[-0.8, min(xmax, MAX_VISIBLE_GENERATIONS) + 0.8])
-    fig.update_yaxes(showgrid=False, zeroline=False, showticklabels=False,
-                     range=[min(ys) - 1.4, max(ys) + 1.6])
+    fig.update_xaxes(
+        showgrid=False,
+        zeroline=False,
+        showticklabels=False,
+        range=[-0.8, min(xmax, MAX_VISIBLE_GENERATIONS) + 0.8],
+    )
+    fig.update_yaxes(
+        showgrid=False, zeroline=False, showticklabels=False, range=[min(ys) - 1.4, max(ys) + 1.6]
+    )
     height = int(max(360, 90 * (max(ys) - min(ys) + 3)))
     what = "all layers" if expand else "identical layers folded"
-    fig = style(fig, title or f"Operator graph of {plan.model_name}: sharding per op ({what})",
-                x="execution order, left to right (one column per dependency level)",
-                height=min(height, 640), legend_title="sharding")
+    fig = style(
+        fig,
+        title or f"Operator graph of {plan.model_name}: sharding per op ({what})",
+        x="execution order, left to right (one column per dependency level)",
+        height=min(height, 640),
+        legend_title="sharding",
+    )
     fig.update_layout(dragmode="pan", font=FONT)
     return fig
 
 
-def op_rows(plan: Plan, graph: OpGraph, *, expand: bool = False,
-            highlight: set[str] | None = None) -> list[dict]:
+def op_rows(
+    plan: Plan, graph: OpGraph, *, expand: bool = False, highlight: set[str] | None = None
+) -> list[dict]:
     """Rows of the per-op table (one per shown op; folded ops carry their layer count)."""
     groups = layer_groups(plan, graph)
     ops = {op.name: op for op in plan.ops}
@@ -232,10 +298,15 @@ def op_rows(plan: Plan, graph: OpGraph, *, expand: bool = False,
         op = ops[name]
         copies = 1 if expand else len(groups.members[name])
         row = {
-            "op": name, "kind": op.kind, "layer": "" if op.layer is None else str(op.layer),
-            "× layers": copies, "strategy": op.strategy.label(),
-            "in words": strategy_words(op.strategy), "sharding": sharding_class(op),
-            "compute (ms)": op.compute_s * 1e3, "comm (ms)": op.comm_time_s * 1e3,
+            "op": name,
+            "kind": op.kind,
+            "layer": "" if op.layer is None else str(op.layer),
+            "× layers": copies,
+            "strategy": op.strategy.label(),
+            "in words": strategy_words(op.strategy),
+            "sharding": sharding_class(op),
+            "compute (ms)": op.compute_s * 1e3,
+            "comm (ms)": op.comm_time_s * 1e3,
             "comm (MB)": op.comm_bytes / 1e6,
         }
         if highlight is not None:

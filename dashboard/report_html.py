@@ -44,8 +44,7 @@ def _table(rows: Sequence[dict], limit: int | None = None) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def html_report(plan: Plan, figures: Sequence[go.Figure], *,
-                rows: Sequence[dict] = ()) -> str:
+def html_report(plan: Plan, figures: Sequence[go.Figure], *, rows: Sequence[dict] = ()) -> str:
     """The report as one HTML string (a few MB: plotly.js is inside)."""
     headline = [
         {"figure": "step time", "value": fmt_seconds(plan.total_time_s)},
@@ -53,22 +52,41 @@ def html_report(plan: Plan, figures: Sequence[go.Figure], *,
         {"figure": "compute time", "value": fmt_seconds(plan.compute_time_s)},
         {"figure": "intra-node bytes", "value": fmt_bytes(plan.intra_node_bytes)},
         {"figure": "inter-node bytes", "value": fmt_bytes(plan.inter_node_bytes)},
-        {"figure": "memory per device",
-         "value": f"{plan.memory.total / GiB:.2f} GiB of {plan.memory_limit_bytes / GiB:.0f} GiB"},
-        {"figure": "search", "value": f"{plan.search.algorithm}, "
-                                      f"{fmt_seconds(plan.search.time_s)}, {plan.search.status}"},
+        {
+            "figure": "memory per device",
+            "value": f"{plan.memory.total / GiB:.3g} GiB of "
+            f"{plan.memory_limit_bytes / GiB:.0f} GiB",
+        },
+        {
+            "figure": "search",
+            "value": f"{plan.search.algorithm}, "
+            f"{fmt_seconds(plan.search.time_s)}, {plan.search.status}",
+        },
     ]
-    links = [{"src": k.src, "dst": k.dst, "kind": k.kind,
-              "bandwidth (GB/s)": k.bandwidth_Bps / 1e9, "bytes (GB)": k.bytes / 1e9,
-              "busy (ms)": k.busy_time_s * 1e3}
-             for k in sorted(plan.links, key=lambda k: -k.busy_time_s)]
+    links = [
+        {
+            "src": k.src,
+            "dst": k.dst,
+            "kind": k.kind,
+            "bandwidth (GB/s)": k.bandwidth_Bps / 1e9,
+            "bytes (GB)": k.bytes / 1e9,
+            "busy (ms)": k.busy_time_s * 1e3,
+        }
+        for k in sorted(plan.links, key=lambda k: -k.busy_time_s)
+    ]
     charts = []
     for i, fig in enumerate(figures):
-        charts.append('<div class="chart">' + pio.to_html(
-            fig, include_plotlyjs=(i == 0), full_html=False,
-            config={"displaylogo": False}) + "</div>")
-    title = (f"TAPS plan: {plan.model_name} on {plan.topology_name} "
-             f"({plan.nodes}×{plan.gpus_per_node} GPUs, {plan.mode})")
+        charts.append(
+            '<div class="chart">'
+            + pio.to_html(
+                fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False}
+            )
+            + "</div>"
+        )
+    title = (
+        f"TAPS plan: {plan.model_name} on {plan.topology_name} "
+        f"({plan.nodes}×{plan.gpus_per_node} GPUs, {plan.mode})"
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{CSS}</style></head><body>
@@ -77,7 +95,7 @@ def html_report(plan: Plan, figures: Sequence[go.Figure], *,
 <p>Searched with the {html.escape(plan.cost_model)} cost model; all figures use the
 topology-aware link model.</p>
 {_table(headline)}
-{''.join(charts)}
+{"".join(charts)}
 <h2>Per-op strategies</h2>
 {_table(rows)}
 <h2>Busiest links</h2>

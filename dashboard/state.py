@@ -55,8 +55,9 @@ class BuildSpec:
 
     def text(self) -> str:
         """``build:nodes=2,gpus=8,...`` (the URL form)."""
-        return "build:" + ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                                   for k, v in asdict(self).items())
+        return "build:" + ",".join(
+            f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in asdict(self).items()
+        )
 
     @classmethod
     def parse(cls, text: str) -> BuildSpec:
@@ -84,14 +85,21 @@ class BuildSpec:
         """The validated topology (errors name the build_cluster argument)."""
         nvswitch = self.intra == "nvswitch"
         return build_cluster(
-            self.nodes, self.gpus, name=f"custom:{self.nodes}x{self.gpus}", gpu=GPUS[self.gpu],
+            self.nodes,
+            self.gpus,
+            name=f"custom:{self.nodes}x{self.gpus}",
+            gpu=GPUS[self.gpu],
             intra=self.intra,
             intra_bandwidth_Bps=self.intra_GBps * GB if nvswitch else 300e9,
             pcie_bandwidth_Bps=32e9 if nvswitch else self.intra_GBps * GB,
-            nvlink_pairs_bandwidth_Bps=(self.nvlink_pairs_GBps * GB or None) if not nvswitch
+            nvlink_pairs_bandwidth_Bps=(self.nvlink_pairs_GBps * GB or None)
+            if not nvswitch
             else None,
-            intra_latency_s=self.intra_lat_us * 1e-6, nics_per_node=self.nics,
-            nic_bandwidth_Bps=self.nic_GBps * GB, inter_latency_s=self.net_lat_us * 1e-6)
+            intra_latency_s=self.intra_lat_us * 1e-6,
+            nics_per_node=self.nics,
+            nic_bandwidth_Bps=self.nic_GBps * GB,
+            inter_latency_s=self.net_lat_us * 1e-6,
+        )
 
 
 # ---- link edits ------------------------------------------------------------------------------
@@ -193,6 +201,7 @@ def _int(lo: int, hi: int) -> Callable[[str], int]:
         if not lo <= v <= hi:
             raise InvalidInputError("value", v, f"between {lo} and {hi}")
         return v
+
     return parse
 
 
@@ -205,6 +214,7 @@ def _float(lo: float, hi: float) -> Callable[[str], float]:
         if not lo <= v <= hi:
             raise InvalidInputError("value", v, f"between {lo:g} and {hi:g}")
         return v
+
     return parse
 
 
@@ -213,6 +223,7 @@ def _choice(options: tuple[str, ...]) -> Callable[[str], str]:
         if raw not in options:
             raise InvalidInputError("value", raw, f"one of {list(options)}")
         return raw
+
     return parse
 
 
@@ -255,13 +266,29 @@ PARAMS: dict[str, tuple[str, Callable[[str], Any], Callable[[Any], str]]] = {
 SHARED_PARAMS = ("model", "batch", "seq", "dtype", "mode", "cost", "mem", "topo", "edits", "fmt")
 
 DEFAULTS: dict[str, Any] = {
-    "model": "gpt2", "mode": "train", "cost": "topology", "mem_gib": 0.0,
-    "topo": "dgx-a100", "nodes": 2, "topo_custom": BuildSpec().text(), "topo_json": None,
-    "edits": (), "edits_base": "", "img_format": "png", "model_upload": None,
-    "plan_expand": False, "cmp_baseline": "volume", "cmp_expand": False, "links_top": 24,
-    "sweep_lo": 1.0, "sweep_hi": 400.0, "sweep_points": 5,
+    "model": "gpt2",
+    "mode": "train",
+    "cost": "topology",
+    "mem_gib": 0.0,
+    "topo": "dgx-a100",
+    "nodes": 2,
+    "topo_custom": BuildSpec().text(),
+    "topo_json": None,
+    "edits": (),
+    "edits_base": "",
+    "img_format": "png",
+    "model_upload": None,
+    "plan_expand": False,
+    "cmp_baseline": "volume",
+    "cmp_expand": False,
+    "links_top": 24,
+    "sweep_lo": 1.0,
+    "sweep_hi": 400.0,
+    "sweep_points": 5,
     "sweep_curves": ["volume", "megatron", "data_parallel"],
-    "explain_gb": 1.0, "topo_overlay": True, "editor_gen": 0,
+    "explain_gb": 1.0,
+    "topo_overlay": True,
+    "editor_gen": 0,
 }
 # keys that must survive pages that do not draw their widget (Streamlit drops those otherwise)
 PERSISTENT = (*DEFAULTS, "batch", "seq", "dtype")
@@ -276,8 +303,11 @@ def model_defaults(name: str, upload: dict[str, str] | None = None) -> dict[str,
     else:
         cfg = load_model_config(name if name in sample_names() else DEFAULTS["model"])
     dtype = DTYPE_ALIASES.get(cfg.dtype, cfg.dtype)
-    return {"batch": cfg.batch_size, "seq": cfg.seq_length,
-            "dtype": dtype if dtype in DTYPES else "bfloat16"}
+    return {
+        "batch": cfg.batch_size,
+        "seq": cfg.seq_length,
+        "dtype": dtype if dtype in DTYPES else "bfloat16",
+    }
 
 
 def topology_url(ss: Any) -> str:
@@ -295,8 +325,12 @@ def _apply_topology_param(ss: Any, raw: str) -> None:
     elif raw.startswith("build:"):
         ss["topo"], ss["topo_custom"] = CUSTOM, BuildSpec.parse(raw).text()
     elif raw == "json":
-        raise InvalidInputError("value", raw, "a preset or build spec (uploaded JSON topologies "
-                                "cannot travel in a URL; download and share the file)")
+        raise InvalidInputError(
+            "value",
+            raw,
+            "a preset or build spec (uploaded JSON topologies "
+            "cannot travel in a URL; download and share the file)",
+        )
     else:
         raise InvalidInputError("value", raw, f"'name:NODES' with name in {sorted(PRESETS)}")
 
@@ -321,8 +355,10 @@ def init_session() -> list[str]:
         if model in sample_names():
             ss["model"] = model
         else:
-            warnings.append(f"model={model!r} ignored: must be one of {sample_names()} "
-                            "(an uploaded config cannot travel in a URL)")
+            warnings.append(
+                f"model={model!r} ignored: must be one of {sample_names()} "
+                "(an uploaded config cannot travel in a URL)"
+            )
     ss.update(model_defaults(ss["model"]))
     if "topo" in qp:
         try:
@@ -348,8 +384,7 @@ def init_session() -> list[str]:
 def set_url(*page_params: str) -> None:
     """Write the shared settings plus the named page parameters into the URL."""
     ss = st.session_state
-    want = {"model": "upload" if ss["model"] == UPLOADED else ss["model"],
-            "topo": topology_url(ss)}
+    want = {"model": "upload" if ss["model"] == UPLOADED else ss["model"], "topo": topology_url(ss)}
     if active_edits(ss):
         want["edits"] = edits_text(ss["edits"])
     for name in (*SHARED_PARAMS, *page_params):

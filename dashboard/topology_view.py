@@ -15,12 +15,27 @@ from taps_core.topology import Topology
 # rows inside a host box (y), from the bottom: switch, GPUs, NICs; shared gear above
 ROW = {"nvswitch": 0.0, "pcie_switch": 0.0, "gpu": 1.0, "nic": 2.0}
 SHARED_Y = 3.4
-SYMBOL = {"gpu": "square", "nvswitch": "diamond", "pcie_switch": "diamond", "nic": "triangle-up",
-          "network_switch": "hexagon"}
-DEVICE_COLOR = {"gpu": "#76B900", "nvswitch": "#374151", "pcie_switch": "#92400e",
-                "nic": "#0072B2", "network_switch": "#1e3a8a"}
-DEVICE_NAME = {"gpu": "GPU", "nvswitch": "NVSwitch", "pcie_switch": "PCIe switch",
-               "nic": "NIC", "network_switch": "network switch"}
+SYMBOL = {
+    "gpu": "square",
+    "nvswitch": "diamond",
+    "pcie_switch": "diamond",
+    "nic": "triangle-up",
+    "network_switch": "hexagon",
+}
+DEVICE_COLOR = {
+    "gpu": "#76B900",
+    "nvswitch": "#374151",
+    "pcie_switch": "#92400e",
+    "nic": "#0072B2",
+    "network_switch": "#1e3a8a",
+}
+DEVICE_NAME = {
+    "gpu": "GPU",
+    "nvswitch": "NVSwitch",
+    "pcie_switch": "PCIe switch",
+    "nic": "NIC",
+    "network_switch": "network switch",
+}
 TRAFFIC_SCALE = "YlOrRd"
 TRAFFIC_BINS = 8
 
@@ -51,20 +66,41 @@ def device_positions(topology: Topology) -> dict[str, tuple[float, float]]:
 
 
 def _host_boxes(fig: go.Figure, topology: Topology, pos: dict[str, tuple[float, float]]) -> None:
+    """One box and label per host (set in one go: add_shape one by one is quadratic)."""
     by_host: dict[int, list[float]] = {}
     for d in topology.devices:
         if d.host is not None:
             by_host.setdefault(d.host, []).append(pos[d.name][0])
+    shapes, labels = [], []
     for h, xs in sorted(by_host.items()):
-        fig.add_shape(type="rect", x0=min(xs) - 0.6, x1=max(xs) + 0.6, y0=-0.55, y1=2.55,
-                      line=dict(color="#6b7280", width=1.5), fillcolor="rgba(243,244,246,0.6)",
-                      layer="below")
-        fig.add_annotation(x=min(xs) - 0.55, y=2.55, xanchor="left", yanchor="bottom",
-                           text=f"<b>host {h}</b>", showarrow=False, font=dict(size=13))
+        shapes.append(
+            dict(
+                type="rect",
+                x0=min(xs) - 0.6,
+                x1=max(xs) + 0.6,
+                y0=-0.55,
+                y1=2.55,
+                line=dict(color="#6b7280", width=1.5),
+                fillcolor="rgba(243,244,246,0.6)",
+                layer="below",
+            )
+        )
+        labels.append(
+            dict(
+                x=(min(xs) + max(xs)) / 2,
+                y=-0.6,
+                yanchor="top",
+                text=f"<b>host {h}</b>",
+                showarrow=False,
+                font=dict(size=13 if len(by_host) <= 16 else 12),
+            )
+        )
+    fig.update_layout(shapes=shapes, annotations=labels)
 
 
-def topology_figure(topology: Topology, plan: Plan | None = None, *,
-                    title: str | None = None) -> go.Figure:
+def topology_figure(
+    topology: Topology, plan: Plan | None = None, *, title: str | None = None
+) -> go.Figure:
     """Draw ``topology``; with ``plan``, links get width and colour by their busy time."""
     pos = device_positions(topology)
     fig = go.Figure()
@@ -75,8 +111,9 @@ def topology_figure(topology: Topology, plan: Plan | None = None, *,
             entry = traffic.setdefault(frozenset((k.src, k.dst)), [0.0, 0.0, []])
             entry[0] += k.bytes
             entry[1] = max(entry[1], k.busy_time_s)
-            entry[2].append(f"{k.src}→{k.dst}: {fmt_bytes(k.bytes)}, busy "
-                            f"{fmt_seconds(k.busy_time_s)}")
+            entry[2].append(
+                f"{k.src}→{k.dst}: {fmt_bytes(k.bytes)}, busy {fmt_seconds(k.busy_time_s)}"
+            )
     busiest = max((v[1] for v in traffic.values()), default=0.0)
     segs: dict[object, tuple[list, list]] = {}
     mids: list[tuple[float, float, float, str]] = []
@@ -92,50 +129,104 @@ def topology_figure(topology: Topology, plan: Plan | None = None, *,
         xs, ys = segs.setdefault(key, ([], []))
         xs += [x0, x1, None]
         ys += [y0, y1, None]
-        info = (f"<b>{link.src} – {link.dst}</b> ({link.kind})<br>"
-                f"{link.bandwidth_Bps / 1e9:.3g} GB/s per direction, "
-                f"latency {link.latency_s * 1e6:.3g} µs")
+        info = (
+            f"<b>{link.src} – {link.dst}</b> ({link.kind})<br>"
+            f"{link.bandwidth_Bps / 1e9:.3g} GB/s per direction, "
+            f"latency {link.latency_s * 1e6:.3g} µs"
+        )
         if t is not None:
             info += "<br>" + "<br>".join(t[2])
         mids.append(((x0 + x1) / 2, (y0 + y1) / 2, t[1] if t else 0.0, info))
     if plan is None:
         for kind, (xs, ys) in segs.items():
-            fig.add_scatter(x=xs, y=ys, mode="lines", name=f"{kind} link",
-                            line=dict(color=LINK_COLORS.get(str(kind), "#555"), width=2.5),
-                            hoverinfo="skip", legendgroup="links")
+            fig.add_scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                name=f"{kind} link",
+                line=dict(color=LINK_COLORS.get(str(kind), "#555"), width=2.5),
+                hoverinfo="skip",
+                legendgroup="links",
+            )
     else:
         if "idle" in segs:
             xs, ys = segs.pop("idle")
-            fig.add_scatter(x=xs, y=ys, mode="lines", name="idle link",
-                            line=dict(color="#d1d5db", width=1.2, dash="dot"), hoverinfo="skip")
+            fig.add_scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                name="idle link",
+                line=dict(color="#d1d5db", width=1.2, dash="dot"),
+                hoverinfo="skip",
+            )
         for b in sorted(segs, key=int):  # type: ignore[arg-type]
             xs, ys = segs[b]
             frac = (int(b) + 0.5) / TRAFFIC_BINS  # type: ignore[call-overload]
             color = sample_colorscale(TRAFFIC_SCALE, [0.15 + 0.85 * frac])[0]
-            fig.add_scatter(x=xs, y=ys, mode="lines", showlegend=False, hoverinfo="skip",
-                            line=dict(color=color, width=1.5 + 8 * frac))
-    mx, my, mv, mt = zip(*mids) if mids else ((), (), (), ())
-    marker: dict = dict(size=9, opacity=0.0)
-    if plan is not None and busiest > 0:
-        marker = dict(size=9, opacity=0.9, color=np.array(mv) * 1e3, colorscale=TRAFFIC_SCALE,
-                      cmin=0, cmax=busiest * 1e3,
-                      colorbar=dict(title=dict(text="link busy<br>time (ms)", font=dict(size=13)),
-                                    tickfont=dict(size=12), len=0.8))
-    fig.add_scatter(x=mx, y=my, mode="markers", marker=marker, hovertext=mt, hoverinfo="text",
-                    name="link (hover)", showlegend=False)
+            fig.add_scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                showlegend=False,
+                hoverinfo="skip",
+                line=dict(color=color, width=1.5 + 8 * frac),
+            )
+    # hover targets at link midpoints: busy ones coloured on the traffic scale, idle ones hidden
+    coloured = plan is not None and busiest > 0
+    busy_mids = [m for m in mids if coloured and m[2] > 0]
+    idle_mids = [m for m in mids if not (coloured and m[2] > 0)]
+    for group, marker in (
+        (idle_mids, dict(size=9, opacity=0.0)),
+        (
+            busy_mids,
+            dict(
+                size=9,
+                opacity=0.9,
+                color=np.array([m[2] for m in busy_mids]) * 1e3,
+                colorscale=TRAFFIC_SCALE,
+                cmin=0,
+                cmax=busiest * 1e3,
+                colorbar=dict(
+                    title=dict(text="link busy<br>time (ms)", font=dict(size=13)),
+                    tickfont=dict(size=12),
+                    len=0.8,
+                ),
+            ),
+        ),
+    ):
+        if group:
+            fig.add_scatter(
+                x=[m[0] for m in group],
+                y=[m[1] for m in group],
+                mode="markers",
+                marker=marker,
+                hovertext=[m[3] for m in group],
+                hoverinfo="text",
+                name="link (hover)",
+                showlegend=False,
+            )
     kinds: dict[str, list[str]] = {}
     for d in topology.devices:
         kinds.setdefault(d.kind, []).append(d.name)
     for kind, names in kinds.items():
         fig.add_scatter(
-            x=[pos[n][0] for n in names], y=[pos[n][1] for n in names], mode="markers",
+            x=[pos[n][0] for n in names],
+            y=[pos[n][1] for n in names],
+            mode="markers",
             name=DEVICE_NAME.get(kind, kind),
-            marker=dict(size=15 if kind != "network_switch" else 22, symbol=SYMBOL.get(kind),
-                        color=DEVICE_COLOR.get(kind, "#555"), line=dict(color="white", width=1)),
-            hovertext=names, hoverinfo="text")
+            marker=dict(
+                size=15 if kind != "network_switch" else 22,
+                symbol=SYMBOL.get(kind),
+                color=DEVICE_COLOR.get(kind, "#555"),
+                line=dict(color="white", width=1),
+            ),
+            hovertext=names,
+            hoverinfo="text",
+        )
     xs = [p[0] for p in pos.values()]
     fig.update_xaxes(visible=False, range=[min(xs) - 1, max(xs) + 1])
-    fig.update_yaxes(visible=False, range=[-1.0, SHARED_Y + 0.8])
-    default = (f"{topology.name}: {topology.nodes} host(s) × {topology.gpus_per_node} GPU(s)"
-               + (", links by plan traffic" if plan is not None else ""))
+    fig.update_yaxes(visible=False, range=[-1.2, SHARED_Y + 0.8])
+    default = f"{topology.name}: {topology.nodes} host(s) × {topology.gpus_per_node} GPU(s)" + (
+        ", links by plan traffic" if plan is not None else ""
+    )
     return style(fig, title or default, height=460, legend_title="devices / links")

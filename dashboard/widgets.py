@@ -51,8 +51,9 @@ def _on_upload() -> None:
         return
     data = f.getvalue()
     if len(data) > MAX_CONFIG_BYTES:
-        ss["upload_error"] = (f"config.json size must be <= {MAX_CONFIG_BYTES} bytes; "
-                              f"got {len(data)}")
+        ss["upload_error"] = (
+            f"config.json size must be <= {MAX_CONFIG_BYTES} bytes; got {len(data)}"
+        )
         return
     try:
         text = data.decode("utf-8")
@@ -72,11 +73,20 @@ def sidebar() -> Context:
     sb = st.sidebar
     sb.header("Workload")
     models = [*sample_names(), UPLOADED]
-    sb.selectbox("Model", models, key="model", on_change=_on_model_change,
-                 help="A bundled sample, or an uploaded Hugging Face config.json")
+    sb.selectbox(
+        "Model",
+        models,
+        key="model",
+        on_change=_on_model_change,
+        help="A bundled sample, or an uploaded Hugging Face config.json",
+    )
     with sb.expander("Upload a config.json", expanded=ss["model"] == UPLOADED):
-        st.file_uploader("HF config.json (JSON, at most 1 MiB)", type=["json"], key="model_file",
-                         on_change=_on_upload)
+        st.file_uploader(
+            "HF config.json (JSON, at most 1 MiB)",
+            type=["json"],
+            key="model_file",
+            on_change=_on_upload,
+        )
         if ss.get("upload_error"):
             st.error(ss["upload_error"])
     c1, c2 = sb.columns(2)
@@ -87,22 +97,47 @@ def sidebar() -> Context:
     c2.radio("Mode", MODES, key="mode", format_func=MODE_LABELS.__getitem__, horizontal=True)
     sb.header("Cluster")
     c1, c2 = sb.columns([3, 2])
-    c1.selectbox("Topology", TOPOLOGY_SOURCES, key="topo",
-                 format_func=lambda s: "custom (Topology page)" if s == CUSTOM else s,
-                 help="A preset, or the cluster built or loaded on the Topology page")
-    c2.number_input("Nodes", min_value=1, max_value=MAX_NODES_UI, step=1, key="nodes",
-                    disabled=ss["topo"] == CUSTOM)
+    c1.selectbox(
+        "Topology",
+        TOPOLOGY_SOURCES,
+        key="topo",
+        format_func=lambda s: "custom (Topology page)" if s == CUSTOM else s,
+        help="A preset, or the cluster built or loaded on the Topology page",
+    )
+    c2.number_input(
+        "Nodes",
+        min_value=1,
+        max_value=MAX_NODES_UI,
+        step=1,
+        key="nodes",
+        disabled=ss["topo"] == CUSTOM,
+    )
     if ss["topo"] in PRESETS:
         sb.caption(PRESETS[ss["topo"]][1])
     sb.header("Search")
-    sb.radio("Cost model", COST_MODELS, key="cost", format_func=COST_LABELS.__getitem__,
-             help="What the search minimises. Plans are always reported with the "
-                  "topology-aware model.")
-    sb.number_input("Memory limit per GPU (GiB, 0 = the GPU's memory)", min_value=0.0,
-                    max_value=1e6, step=8.0, key="mem_gib")
+    sb.radio(
+        "Cost model",
+        COST_MODELS,
+        key="cost",
+        format_func=COST_LABELS.__getitem__,
+        help="What the search minimises. Plans are always reported with the topology-aware model.",
+    )
+    sb.number_input(
+        "Memory limit per GPU (GiB, 0 = the GPU's memory)",
+        min_value=0.0,
+        max_value=1e6,
+        step=8.0,
+        key="mem_gib",
+    )
     sb.header("Export")
-    sb.radio("Chart camera button saves", IMAGE_FORMATS, key="img_format", horizontal=True,
-             format_func=str.upper, help="Each chart's camera icon downloads this format")
+    sb.radio(
+        "Chart camera button saves",
+        IMAGE_FORMATS,
+        key="img_format",
+        horizontal=True,
+        format_func=str.upper,
+        help="Each chart's camera icon downloads this format",
+    )
     return _context(ss)
 
 
@@ -119,13 +154,22 @@ def _context(ss: Any) -> Context:
         model, text = ss["model"], None
     edits = tuple(e.text() for e in active_edits(ss))
     topo_json, label, errors = cache.resolve_topology(
-        ss["topo"], int(ss["nodes"]), ss["topo_custom"], ss.get("topo_json"), edits)
+        ss["topo"], int(ss["nodes"]), ss["topo_custom"], ss.get("topo_json"), edits
+    )
     ctx = Context(
-        model=model, model_text=text, batch=int(ss["batch"]), seq=int(ss["seq"]),
-        dtype=ss["dtype"], mode=ss["mode"], cost_model=ss["cost"],
+        model=model,
+        model_text=text,
+        batch=int(ss["batch"]),
+        seq=int(ss["seq"]),
+        dtype=ss["dtype"],
+        mode=ss["mode"],
+        cost_model=ss["cost"],
         memory_limit_bytes=float(ss["mem_gib"]) * GiB if ss["mem_gib"] > 0 else None,
-        topo_json=topo_json, topo_label=label, topo_url=topology_url(ss),
-        model_error=model_error, topology_error=errors[0] if topo_json is None else None,
+        topo_json=topo_json,
+        topo_label=label,
+        topo_url=topology_url(ss),
+        model_error=model_error,
+        topology_error=errors[0] if topo_json is None else None,
         edit_errors=errors if topo_json is not None else (),
     )
     if model_error is None:
@@ -140,8 +184,12 @@ def _context(ss: Any) -> Context:
 
 def show_chart(fig: go.Figure, key: str) -> None:
     """Draw a figure with the export format chosen in the sidebar."""
-    st.plotly_chart(fig, theme=None, key=key,
-                    config=chart_config(st.session_state.get("img_format", "png"), key))
+    st.plotly_chart(
+        fig,
+        theme=None,
+        key=key,
+        config=chart_config(st.session_state.get("img_format", "png"), key),
+    )
 
 
 def need_model(ctx: Context) -> Any:
@@ -167,8 +215,9 @@ def need_plan(ctx: Context) -> Plan:
     need_model(ctx)
     need_topology(ctx)
     with st.spinner(f"Searching plans for {ctx.model} on {ctx.topo_label}…"):
-        plan = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model,
-                          ctx.memory_limit_bytes)
+        plan = cache.plan(
+            ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
+        )
     if isinstance(plan, cache.Failure):
         st.error(plan.message)
         st.stop()
@@ -177,6 +226,8 @@ def need_plan(ctx: Context) -> Plan:
 
 def context_caption(ctx: Context) -> None:
     """One line saying what the page shows."""
-    st.caption(f"**{ctx.model}** · batch {ctx.batch} · seq {ctx.seq} · {ctx.dtype} · "
-               f"{MODE_LABELS[ctx.mode]} · on **{ctx.topo_label}** · "
-               f"search cost model: {COST_LABELS[ctx.cost_model]}")
+    st.caption(
+        f"**{ctx.model}** · batch {ctx.batch} · seq {ctx.seq} · {ctx.dtype} · "
+        f"{MODE_LABELS[ctx.mode]} · on **{ctx.topo_label}** · "
+        f"search cost model: {COST_LABELS[ctx.cost_model]}"
+    )

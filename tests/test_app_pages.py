@@ -15,9 +15,14 @@ from taps_core.presets import preset
 from taps_core.topology_io import dumps
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-PAGES = {"plan": "TAPS Planner", "topology": "Topology", "links": "Link traffic",
-         "compare": "Compare plans", "sweep": "Inter-node bandwidth sweep",
-         "how_it_works": "How it works: bytes are not time"}
+PAGES = {
+    "plan": "TAPS Planner",
+    "topology": "Topology",
+    "links": "Link traffic",
+    "compare": "Compare plans",
+    "sweep": "Inter-node bandwidth sweep",
+    "how_it_works": "How it works: bytes are not time",
+}
 SMALL = {"model": "gpt2", "topo": "dgx-a100:2", "batch": "8", "seq": "256"}
 
 
@@ -58,9 +63,9 @@ def rerun(at: AppTest) -> AppTest:
     return at
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_every_page_runs_with_titled_legible_charts(page):
-    at = app(page)
+@pytest.mark.parametrize("name", PAGES)
+def test_every_page_runs_with_titled_legible_charts(name):
+    at = app(name)
     assert not at.error, [e.value for e in at.error]
     figs = charts(at)
     assert figs, "every page draws at least one chart"
@@ -76,31 +81,43 @@ def test_every_page_runs_with_titled_legible_charts(page):
 def test_plan_page_headline_graph_table_downloads():
     at = app()
     labels = {m.label for m in at.metric}
-    assert {"Communication time", "Compute time", "Intra-node bytes", "Inter-node bytes",
-            "Memory per device", "Search time"} <= labels
+    assert {
+        "Communication time",
+        "Compute time",
+        "Intra-node bytes",
+        "Inter-node bytes",
+        "Memory per device",
+        "Search time",
+    } <= labels
     assert all(any(u in metric(at, lb) for u in ("s", "B")) for lb in labels - {"Parameters"})
     mem = chart(at, "Memory per device")
-    assert [t["name"] for t in mem["data"]] == ["parameters", "gradients", "optimizer",
-                                                "activations"]
+    assert [t["name"] for t in mem["data"]] == [
+        "parameters",
+        "gradients",
+        "optimizer",
+        "activations",
+    ]
     dag = chart(at, "Operator graph")
     classes = {t["name"] for t in dag["data"] if t.get("mode", "").startswith("markers")}
     assert classes & {"data parallel", "column", "row", "2-D", "replicated", "sequence"}
     assert any("×12" in a["text"] for a in dag["layout"]["annotations"])  # folded layers
     assert at.dataframe and len(at.dataframe[0].value) < 40  # one row per distinct op
-    assert [d.label for d in at.download_button] == ["Plan JSON", "Links CSV",
-                                                     "HTML report (self-contained)"]
+    assert [d.label for d in at.download_button] == [
+        "Plan JSON",
+        "Links CSV",
+        "HTML report (self-contained)",
+    ]
 
 
 def test_plan_expand_toggle_shows_every_layer():
     at = app()
-    folded = sum(len(t["x"]) for t in chart(at, "Operator graph")["data"]
-                 if t.get("hovertext"))
+    folded = sum(len(t["x"]) for t in chart(at, "Operator graph")["data"] if t.get("hovertext"))
     at.toggle(key="plan_expand").set_value(True)
     rerun(at)
     dag = chart(at, "Operator graph")
     assert "all layers" in dag["layout"]["title"]["text"]
     assert sum(len(t["x"]) for t in dag["data"] if t.get("hovertext")) > 5 * folded
-    assert at.query_params["expand"] == ["1"] or at.query_params["expand"] == "1"
+    assert at.query_params["expand"] in (["1"], "1")
     assert len(at.dataframe[0].value) > 100
 
 
@@ -123,11 +140,26 @@ def test_changing_widgets_changes_the_plan():
 
 
 def test_url_reproduces_the_view_and_is_written_back():
-    at = app(model="mlp-2layer", topo="pcie:2", mode="infer", batch="4", seq="128",
-             cost="volume", mem="20", dtype="float16", fmt="svg")
+    at = app(
+        model="mlp-2layer",
+        topo="pcie:2",
+        mode="infer",
+        batch="4",
+        seq="128",
+        cost="volume",
+        mem="20",
+        dtype="float16",
+        fmt="svg",
+    )
     ss = at.session_state
-    assert (ss["model"], ss["topo"], ss["nodes"], ss["mode"], ss["batch"], ss["seq"]) == \
-        ("mlp-2layer", "pcie", 2, "infer", 4, 128)
+    assert (ss["model"], ss["topo"], ss["nodes"], ss["mode"], ss["batch"], ss["seq"]) == (
+        "mlp-2layer",
+        "pcie",
+        2,
+        "infer",
+        4,
+        128,
+    )
     assert ss["cost"] == "volume" and ss["mem_gib"] == 20 and ss["dtype"] == "float16"
     assert "pcie:2" in at.caption[0].value and "volume" in at.caption[0].value
     for el in at.get("plotly_chart"):
@@ -152,6 +184,8 @@ def test_invalid_workload_is_one_error_line_not_a_traceback():
     assert not at.exception
     assert any("seq_length" in e.value for e in at.error)
     assert not at.metric
+    seq = at.query_params["seq"]
+    assert (seq[0] if isinstance(seq, list) else seq) == "4096"  # the URL shows what failed
 
 
 def test_memory_limit_that_cannot_fit_says_so():
@@ -161,11 +195,19 @@ def test_memory_limit_that_cannot_fit_says_so():
 
 def test_uploaded_hf_config_is_planned():
     at = app()
-    cfg = {"model_type": "llama", "hidden_size": 512, "num_hidden_layers": 2,
-           "num_attention_heads": 8, "intermediate_size": 1024, "vocab_size": 1000,
-           "batch_size": 4, "seq_length": 128}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "intermediate_size": 1024,
+        "vocab_size": 1000,
+        "batch_size": 4,
+        "seq_length": 128,
+    }
     at.file_uploader(key="model_file").set_value(
-        ("tiny-llama.json", json.dumps(cfg).encode(), "application/json"))
+        ("tiny-llama.json", json.dumps(cfg).encode(), "application/json")
+    )
     rerun(at)
     assert at.session_state["model"] == "uploaded config.json"
     assert "tiny-llama" in at.caption[0].value
@@ -202,7 +244,10 @@ def test_link_editor_degrades_and_cuts_links():
     rows = at.data_editor[0].value
     nic = next(i for i, r in rows.iterrows() if r["src"] == "n0.nic0" and r["dst"] == "net")
     at.session_state[_editor_key(at)] = {
-        "edited_rows": {nic: {"bandwidth (GB/s)": 1.0}}, "added_rows": [], "deleted_rows": []}
+        "edited_rows": {nic: {"bandwidth (GB/s)": 1.0}},
+        "added_rows": [],
+        "deleted_rows": [],
+    }
     rerun(at)
     assert any("link edit" in c.value for c in at.caption)
     edits = at.query_params["edits"]
@@ -217,7 +262,10 @@ def test_link_editor_degrades_and_cuts_links():
     rows = at.data_editor[0].value
     uplink = next(i for i, r in rows.iterrows() if r["src"] == "n0.nic0" and r["dst"] == "net")
     at.session_state[_editor_key(at)] = {
-        "edited_rows": {uplink: {"in use": False}}, "added_rows": [], "deleted_rows": []}
+        "edited_rows": {uplink: {"in use": False}},
+        "added_rows": [],
+        "deleted_rows": [],
+    }
     rerun(at)
     assert any("skipped" in w.value and "connected" in w.value for w in at.warning)
     assert any("ethernet:2" in t for t in titles(at))
@@ -250,8 +298,12 @@ def test_links_page_slider_limits_bars():
 def test_compare_page_baseline_radio_and_unfit_reasons():
     at = app("compare")
     bars = chart(at, "Step time per plan")
-    assert bars["data"][0]["x"] == ["TAPS (topology-aware)", "volume-based", "Megatron-style",
-                                    "data parallel"]
+    assert bars["data"][0]["x"] == [
+        "TAPS (topology-aware)",
+        "volume-based",
+        "Megatron-style",
+        "data parallel",
+    ]
     assert "volume-based" in chart(at, "TAPS plan")["layout"]["title"]["text"]
     at.radio(key="cmp_baseline").set_value("megatron")
     rerun(at)
@@ -279,6 +331,18 @@ def test_sweep_page_points_and_regimes():
     assert len(chart(at, "bandwidth")["data"][0]["x"]) == 4
 
 
+def test_slow_sweep_waits_for_a_click(monkeypatch):
+    monkeypatch.setenv("TAPS_SWEEP_AUTORUN_S", "0")
+    at = app("sweep", points="2", curves="")
+    assert not charts(at) or all("bandwidth" not in t for t in titles(at))
+    assert any("searches" in i.value for i in at.info)
+    at.button[0].click()
+    rerun(at)
+    assert len(chart(at, "bandwidth")["data"][0]["x"]) == 2
+    rerun(at)  # the click is remembered for the same settings
+    assert chart(at, "bandwidth")
+
+
 def test_sweep_page_single_node_explains():
     at = app("sweep", topo="dgx-a100:1")
     assert any("one host" in i.value for i in at.info)
@@ -292,6 +356,7 @@ def test_how_it_works_live_on_the_topology():
     at.slider(key="explain_gb").set_value(2.0)
     rerun(at)
     assert chart(at, "All-reduce of one buffer")["data"][3]["y"][0] == pytest.approx(
-        2 * time_b, rel=0.01)
+        2 * time_b, rel=0.01
+    )
     at = app("how_it_works", topo="dgx-a100:1")
     assert any("second one is added" in m.value for m in at.markdown)

@@ -23,22 +23,33 @@ pytestmark = pytest.mark.browser
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = os.environ.get("TAPS_CHROMIUM", "/usr/lib/chromium/chromium")
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 QUERY = "?model=gpt2&topo=dgx-a100:2&batch=8&seq=256"
 PAGES = {  # url path -> page title
-    "": "TAPS Planner", "topology": "Topology", "links": "Link traffic",
-    "compare": "Compare plans", "sweep": "Inter-node bandwidth sweep",
+    "": "TAPS Planner",
+    "topology": "Topology",
+    "links": "Link traffic",
+    "compare": "Compare plans",
+    "sweep": "Inter-node bandwidth sweep",
     "how-it-works": "How it works: bytes are not time",
 }
 RUN_TIMEOUT_MS = 120_000
 
-sync_api = pytest.importorskip("playwright.sync_api",
-                               reason="playwright is not installed (pip install playwright)")
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed (pip install playwright)"
+)
 if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(f"chromium not found at {CHROMIUM} (apt-get install chromium)",
-                allow_module_level=True)
+    pytest.skip(
+        f"chromium not found at {CHROMIUM} (apt-get install chromium)", allow_module_level=True
+    )
 
 
 def _free_port() -> int:
@@ -54,10 +65,25 @@ def server(request) -> str:
     ARTIFACTS.mkdir(exist_ok=True)
     log = open(ARTIFACTS / "streamlit.log", "w")  # noqa: SIM115 - closed in the finalizer
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.port",
+            str(port),
+            "--server.address",
+            "127.0.0.1",
+            "--browser.gatherUsageStats",
+            "false",
+        ],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
 
     def stop() -> None:
         proc.terminate()
@@ -84,13 +110,13 @@ def server(request) -> str:
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def tab(server):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         # a tall viewport: Streamlit scrolls inside its own container, so full-page
         # screenshots would stop at the fold
-        tab = browser.new_page(viewport={"width": 1400, "height": 2400})
-        yield tab
+        page = browser.new_page(viewport={"width": 1400, "height": 2400})
+        yield page
         browser.close()
 
 
@@ -117,33 +143,62 @@ def check_clean(tab, name: str) -> None:
     assert tab.locator(".js-plotly-plot").count() >= 1, f"{name}: no chart"
 
 
-def test_every_page_renders(server, page):
+def test_every_page_renders(server, tab):
     for path, title in PAGES.items():
-        page.goto(f"{server}/{path}{QUERY}")
-        settle(page)
+        tab.goto(f"{server}/{path}{QUERY}")
+        settle(tab)
         name = path or "plan"
-        assert page.locator("h1").first.inner_text().strip() == title, name
-        check_clean(page, name)
-        chart_titles = page.locator(".js-plotly-plot .gtitle").all_inner_texts()
+        assert tab.locator("h1").first.inner_text().strip() == title, name
+        check_clean(tab, name)
+        chart_titles = tab.locator(".js-plotly-plot .gtitle").all_text_contents()
         assert all(t.strip() for t in chart_titles), f"{name}: an untitled chart"
 
 
-def test_changing_the_topology_replans_everywhere(server, page):
-    page.goto(f"{server}/topology{QUERY}")
-    settle(page)
-    nodes = page.locator('[data-testid="stSidebar"] input[aria-label="Nodes"]')
-    nodes.fill("3")
+def test_changing_the_topology_replans_everywhere(server, tab):
+    tab.goto(f"{server}/topology{QUERY}")
+    settle(tab)
+    nodes = tab.locator('[data-testid="stSidebar"] input[aria-label="Nodes"]')
+    nodes.fill("4")
     nodes.press("Enter")
-    page.wait_for_function(
+    tab.wait_for_function(
         "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
-        ".some(e => e.textContent.includes('dgx-a100:3'))", timeout=RUN_TIMEOUT_MS)
-    settle(page)
-    check_clean(page, "topology-3-nodes")
-    assert re.search(r"topo=dgx-a100(%3A|:)3", page.url), page.url
+        ".some(e => e.textContent.includes('dgx-a100:4'))",
+        timeout=RUN_TIMEOUT_MS,
+    )
+    settle(tab)
+    check_clean(tab, "topology-4-nodes")
+    assert re.search(r"topo=dgx-a100(%3A|:)4", tab.url), tab.url
     # the session keeps the new cluster when moving to another page through the navigation
-    page.locator('[data-testid="stSidebarNav"] a', has_text="Plan").first.click()
-    page.wait_for_function(
-        "() => document.body.innerText.includes('dgx-a100:3')", timeout=RUN_TIMEOUT_MS)
-    settle(page)
-    check_clean(page, "plan-3-nodes")
-    assert "dgx-a100:3" in page.locator('[data-testid="stCaptionContainer"]').first.inner_text()
+    tab.locator('[data-testid="stSidebarNav"] a', has_text="Plan").first.click()
+    tab.wait_for_function(
+        "() => document.body.innerText.includes('dgx-a100:4')", timeout=RUN_TIMEOUT_MS
+    )
+    settle(tab)
+    check_clean(tab, "plan-4-nodes")
+    assert "dgx-a100:4" in tab.locator('[data-testid="stMain"]').inner_text()
+
+
+def test_downloads_report_png_and_svg(server, tab):
+    tab.goto(f"{server}/{QUERY}")
+    settle(tab)
+    with tab.expect_download(timeout=RUN_TIMEOUT_MS) as dl:
+        tab.get_by_role("button", name="HTML report (self-contained)").click()
+    report = ARTIFACTS / "report.html"
+    dl.value.save_as(report)
+    text = report.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in text
+    assert not re.search(r"<script[^>]+src=", text), "the report must not load scripts"
+    chart = tab.locator(".js-plotly-plot").first
+    for fmt in ("png", "svg"):
+        if fmt == "svg":
+            tab.locator('[data-testid="stSidebar"] label', has_text="SVG").click()
+            settle(tab)
+            chart = tab.locator(".js-plotly-plot").first
+        chart.hover()
+        with tab.expect_download(timeout=RUN_TIMEOUT_MS) as dl:
+            chart.locator('.modebar-btn[data-title^="Download plot"]').click(force=True)
+        assert dl.value.suggested_filename == f"taps-memory.{fmt}"
+        path = ARTIFACTS / dl.value.suggested_filename
+        dl.value.save_as(path)
+        head = path.read_bytes()[:200]
+        assert head.startswith(b"\x89PNG") if fmt == "png" else b"<svg" in head

@@ -42,8 +42,9 @@ def test_single_host_rejected(gpt2):
         sweep_inter_bandwidth(gpt2, preset("dgx-a100:1"), [10e9])
 
 
-@pytest.mark.parametrize(("low", "high", "points"), [(0, 1e9, 3), (2e9, 1e9, 3), (1e9, 2e9, 0),
-                                                     (1e9, 2e9, 41)])
+@pytest.mark.parametrize(
+    ("low", "high", "points"), [(0, 1e9, 3), (2e9, 1e9, 3), (1e9, 2e9, 0), (1e9, 2e9, 41)]
+)
 def test_log_bandwidths_validates(low, high, points):
     with pytest.raises(InvalidInputError):
         log_bandwidths(low, high, points)
@@ -88,8 +89,9 @@ def test_regimes_cover_points_and_mark_changes(gpt2):
 
 def test_not_fitting_is_reported_not_raised():
     graph = build_graph(load_model_config("gpt2"))
-    sw = sweep_inter_bandwidth(graph, preset("dgx-a100:2"), [50e9], memory_limit_bytes=1e6,
-                               labels=("taps",))
+    sw = sweep_inter_bandwidth(
+        graph, preset("dgx-a100:2"), [50e9], memory_limit_bytes=1e6, labels=("taps",)
+    )
     point = sw.points[0]
     assert point.comm_time_s["taps"] is None
     assert "memory" in point.reasons["taps"]

@@ -12,9 +12,14 @@ from taps_core.presets import preset
 from taps_core.traffic import gpu_traffic_matrix, link_traffic_by_op_kind
 
 
-@pytest.fixture(scope="module", params=[("mlp-2layer", "dgx-a100:2", "train"),
-                                        ("gpt2", "pcie:2", "infer"),
-                                        ("gpt2", "ethernet:2", "train")])
+@pytest.fixture(
+    scope="module",
+    params=[
+        ("mlp-2layer", "dgx-a100:2", "train"),
+        ("gpt2", "pcie:2", "infer"),
+        ("gpt2", "ethernet:2", "train"),
+    ],
+)
 def planned(request):
     model, topo_spec, mode = request.param
     topo = preset(topo_spec)
@@ -25,8 +30,7 @@ def test_link_breakdown_matches_plan_links(planned):
     plan, topo = planned
     br = link_traffic_by_op_kind(plan, topo)
     expected = {(k.src, k.dst): (k.bytes, k.busy_time_s) for k in plan.links}
-    got = {(u, v): (b, t) for (u, v, _, _), b, t in
-           zip(br.links, br.total_bytes, br.total_busy_s)}
+    got = {(u, v): (b, t) for (u, v, _, _), b, t in zip(br.links, br.total_bytes, br.total_busy_s)}
     assert got.keys() == expected.keys()
     for key, (b, t) in expected.items():
         assert got[key][0] == pytest.approx(b, rel=1e-9)
