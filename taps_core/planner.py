@@ -261,7 +261,13 @@ def compare(
         "data_parallel": {"cost_model": "topology", "allow": data_parallel_filter(topology)},
     }
     out: dict[str, Plan | NotFitting] = {}
+    batch = getattr(graph.meta.get("config"), "batch_size", None)
     for label, kw in runs.items():
+        if label == "data_parallel" and batch is not None and batch % topology.num_gpus:
+            out[label] = NotFitting(
+                label, f"data parallelism needs the batch ({batch}) to be a multiple of the "
+                f"{topology.num_gpus} GPUs")
+            continue
         try:
             out[label] = search(
                 graph,

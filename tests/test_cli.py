@@ -112,7 +112,7 @@ def test_compare_reports_baselines_that_do_not_fit(capsys):
     )
     assert code == 0
     dp = json.loads(out)["plans"]["data_parallel"]
-    assert dp == {"fits": False, "reason": dp["reason"]} and "embed" in dp["reason"]
+    assert dp == {"fits": False, "reason": dp["reason"]} and "batch (2)" in dp["reason"]
 
 
 def test_solve_graph(tmp_path, capsys):

@@ -24,15 +24,20 @@ def run_benchmark(
     repeats: int,
     warmup: int = 1,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    impl: str = "gloo",
+    single_shot: bool = False,
 ) -> dict[str, Any]:
     """Time every (scenario, kind, size) on the ranks; return ``{"rows", "checks", "records"}``.
 
+    ``impl`` picks gloo's own collectives or the point-to-point ones of :mod:`validation.comm`;
+    ``single_shot`` times one call per sample after the barrier, also for small messages.
     ``rows`` are medians over ``repeats`` (see :func:`validation.fit.summarize`), ``records`` the
     raw per-rank, per-repeat seconds, ``checks`` the per-rank correctness checks (all passed).
     """
     results = launch(BENCH_FN, nodes=nodes, ranks_per_node=ranks_per_node, timeout_s=timeout_s,
                      kwargs={"scenarios": scenarios, "kinds": kinds, "sizes": sizes,
-                             "repeats": repeats, "warmup": warmup, "verify": True})
+                             "repeats": repeats, "warmup": warmup, "verify": True,
+                             "impl": impl, "single_shot": single_shot})
     records = [rec for res in results for rec in res["records"]]
     checks = [chk for res in results for chk in res["checks"]]
     bad = [c for c in checks if not c["ok"]]

@@ -66,10 +66,18 @@ def run_calibration(
     fit_kinds: list[str] | None = None,
     repeats: int = 5,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    impl: str = "gloo",
+    intra_rate_mbit: float | None = None,
+    single_shot: bool = False,
 ) -> dict[str, Any]:
     """Time the calibration groups on the cluster that is up and fit both levels.
 
     ``kinds`` are timed; ``fit_kinds`` (default: all of ``kinds``) are pooled into the fit.
+    ``impl``: gloo's own collectives or the point-to-point ones the plan executor uses;
+    ``intra_rate_mbit`` only records the cluster's loopback shaping in the metadata;
+    ``single_shot`` times every sample as one call right after a barrier, the way the plan
+    executor runs its collectives, so alpha includes that start-up cost (by default small
+    messages are looped back-to-back, which measures the pipelined latency).
     Returns the raw-measurements document (format :data:`MEASUREMENTS_FORMAT`): ``meta``,
     ``fits`` (pooled, used for the topology), ``fits_per_kind`` (diagnostic), ``rows``
     (medians) and ``records`` (every rank's every repeat).
@@ -84,7 +92,8 @@ def run_calibration(
     started = time.time()
     bench = run_benchmark(nodes=nodes, ranks_per_node=ranks_per_node,
                           scenarios=calibration_scenarios(nodes, ranks_per_node),
-                          kinds=kinds, sizes=sizes, repeats=repeats, timeout_s=timeout_s)
+                          kinds=kinds, sizes=sizes, repeats=repeats, timeout_s=timeout_s,
+                          impl=impl, single_shot=single_shot)
     rows = bench["rows"]
     fits = fit_levels(rows, fit_kinds)
     per_kind: dict[str, dict[str, Any]] = {}
@@ -96,7 +105,8 @@ def run_calibration(
     return {
         "format": MEASUREMENTS_FORMAT,
         "meta": {**_meta(nodes, ranks_per_node, rate_mbit, sizes, kinds, repeats, started),
-                 "fit_kinds": fit_kinds},
+                 "fit_kinds": fit_kinds, "impl": impl, "intra_rate_mbit": intra_rate_mbit,
+                 "single_shot": single_shot},
         "fits": {lv: f.to_dict() for lv, f in fits.items()},
         "fits_per_kind": per_kind,
         "rows": rows,

@@ -46,15 +46,25 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Median, min, max and spread over repeats of per-repeat times.
 
     ``records`` come from :func:`validation.rank_jobs.bench_collectives` of all ranks. The time
-    of one repeat is the slowest participating rank's; rows keep scenario, kind and size.
+    of one repeat is, with ``t0``/``t1`` stamps on every record (one machine's monotonic
+    clock), the last end minus the last start over the participating ranks per call: a rank
+    that left the barrier early does not count its wait for the others. Without stamps it is
+    the slowest participating rank's time. Rows keep scenario, kind and size.
     """
     per_repeat: dict[tuple, dict[int, float]] = defaultdict(dict)
+    stamps: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     meta: dict[tuple, dict[str, Any]] = {}
     for rec in records:
         key = (rec["scenario"], rec["kind"], rec["size_bytes"])
         times = per_repeat[key]
         times[rec["repeat"]] = max(times.get(rec["repeat"], 0.0), rec["seconds"])
         meta[key] = {"p": rec["p"], "groups": rec["groups"]}
+        stamps[(*key, rec["repeat"])].append(rec)
+    for (*key, rep), recs in stamps.items():
+        if all(r.get("t0") is not None and r.get("t1") is not None for r in recs):
+            inner = max(r.get("inner", 1) for r in recs)
+            span = max(r["t1"] for r in recs) - max(r["t0"] for r in recs)
+            per_repeat[tuple(key)][rep] = span / inner
     rows = []
     for key, times in per_repeat.items():
         values = sorted(times.values())

@@ -84,15 +84,17 @@ def load_levels(path: Path) -> tuple[LevelParams, LevelParams, str]:
 
 
 def predict(row: dict[str, Any], ranks_per_node: int, intra: LevelParams, inter: LevelParams,
-            shaped_Bps: float) -> dict[str, float]:
-    """Predicted seconds for one summary row (see the module docstring for the three kinds)."""
+            shaped_Bps: float, intra_shaped: LevelParams | None = None) -> dict[str, float]:
+    """Predicted seconds for one summary row (see the module docstring for the three kinds).
+
+    ``intra_shaped`` replaces the calibrated same-node level in the shaped prediction."""
     groups, kind, size = row["groups"], row["kind"], row["size_bytes"]
     crosses = any(len({r // ranks_per_node for r in g}) > 1 for g in groups)
     slow = inter if crosses else intra
     ring = max(ring_time_s(kind, len(g), size, slow.alpha_s, slow.beta_s_per_byte)
                for g in groups)
     link = link_level_time_s(kind, groups, size, ranks_per_node, intra, inter)
-    shaped = link_level_time_s(kind, groups, size, ranks_per_node, intra,
+    shaped = link_level_time_s(kind, groups, size, ranks_per_node, intra_shaped or intra,
                                LevelParams(0.0, 1.0 / (shaped_Bps * TCP_PAYLOAD_FRACTION)))
     return {"predicted_s": link, "predicted_ring_s": ring, "predicted_shaped_s": shaped}
 
@@ -110,8 +112,15 @@ def run_measurement(
     scenarios: list[str] | None = None,
     repeats: int = 5,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    impl: str = "gloo",
+    intra_rate_mbit: float | None = None,
 ) -> dict[str, Any]:
-    """Time the scenarios on the cluster that is up; return the results document."""
+    """Time the scenarios on the cluster that is up; return the results document.
+
+    ``impl``: gloo's own collectives or the point-to-point ones of :mod:`validation.comm`;
+    with ``intra_rate_mbit`` (the loopback shaping) the shaped prediction also models the
+    same-node level at half that rate per rank.
+    """
     if repeats < 5:
         raise ValueError(f"measure-collectives needs >= 5 repeats, got {repeats}")
     kinds = kinds or list(KINDS)
@@ -131,11 +140,15 @@ def run_measurement(
     engine = EnginePredictor(build_topology(nodes, ranks_per_node, levels))
     started = time.time()
     bench = run_benchmark(nodes=nodes, ranks_per_node=ranks_per_node, scenarios=chosen,
-                          kinds=kinds, sizes=sizes, repeats=repeats, timeout_s=timeout_s)
+                          kinds=kinds, sizes=sizes, repeats=repeats, timeout_s=timeout_s,
+                          impl=impl)
     shaped_Bps = rate_mbit * 1e6 / 8
+    intra_shaped = None
+    if intra_rate_mbit is not None:
+        intra_shaped = LevelParams(0.0, 2.0 / (intra_rate_mbit * 1e6 / 8))
     rows = []
     for row in bench["rows"]:
-        pred = predict(row, ranks_per_node, intra, inter, shaped_Bps)
+        pred = predict(row, ranks_per_node, intra, inter, shaped_Bps, intra_shaped)
         engine_s = engine.seconds(row["scenario"], row["kind"], row["size_bytes"])
         measured = row["median_s"]
         rows.append({
@@ -152,7 +165,8 @@ def run_measurement(
         "meta": {
             "nodes": nodes, "ranks_per_node": ranks_per_node, "rate_mbit": rate_mbit,
             "shaped_Bps": shaped_Bps, "sizes_bytes": sizes, "kinds": kinds,
-            "scenarios": chosen, "repeats": repeats, "backend": "gloo",
+            "scenarios": chosen, "repeats": repeats, "backend": "gloo", "impl": impl,
+            "intra_rate_mbit": intra_rate_mbit,
             "started_unix_s": started, "duration_s": time.time() - started,
             "loadavg_1min_end": os.getloadavg()[0],
             "error_pct": "100 * (predicted - measured median) / measured median",

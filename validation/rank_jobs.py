@@ -22,6 +22,27 @@ def inner_loops(size_bytes: int) -> int:
     return max(1, min(MAX_INNER, -(-MIN_SAMPLE_BYTES // max(size_bytes, 1))))
 
 
+def _op_p2p(kind: str, comm: Any, ranks: list[int], bufs: dict[str, Any]) -> None:
+    """One collective on a flat group by the receive-first point-to-point ring algorithms of
+    :mod:`validation.comm` (all-to-all: pairwise), results copied into the buffers."""
+    members = tuple(ranks)
+    torch = comm.torch
+    if kind == "all_reduce":
+        flat = comm._ring_reduce_scatter(bufs["inp"], members)
+        bufs["inp"].copy_(torch.cat(comm._ring_gather(flat, members)))
+    elif kind == "all_gather":
+        bufs["out"].copy_(torch.cat(comm._ring_gather(bufs["inp"], members)))
+    elif kind == "reduce_scatter":
+        bufs["out"].copy_(comm._ring_reduce_scatter(bufs["inp"], members))
+    elif kind == "all_to_all":
+        order = tuple(range(len(members)))
+        bufs["out"].copy_(comm.all_to_all(bufs["inp"], members, 0, 0, order, order,
+                                          ("bench", kind)))
+        comm.records.clear()
+    else:
+        raise ValueError(f"unknown collective {kind!r}; expected one of {KINDS}")
+
+
 def _op(kind: str, dist: Any, group: Any, bufs: dict[str, Any]) -> None:
     """Run one collective on preallocated buffers."""
     if kind == "all_reduce":
@@ -94,19 +115,37 @@ def bench_collectives(
     repeats: int,
     warmup: int = 1,
     verify: bool = True,
+    impl: str = "gloo",
+    single_shot: bool = False,
 ) -> dict[str, Any]:
     """Time every (scenario, kind, size) ``repeats`` times after ``warmup`` untimed runs.
 
+    ``single_shot`` times one call after the barrier even for small messages (as the plan
+    executor runs them) instead of :func:`inner_loops` back-to-back calls.
+
+    ``impl`` ``gloo`` runs gloo's own collectives; ``p2p`` the receive-first point-to-point
+    ring algorithms that the plan executor uses (:mod:`validation.comm`).
+
     Returns ``{"records": [...], "checks": [...]}``: one record per timed run of this rank
     (``seconds`` per call: wall clock around :func:`inner_loops` back-to-back calls, divided by
-    their number) and, with ``verify``, one correctness check per (scenario, kind, size) from
-    the first warm-up run (values filled before a single call, compared after).
+    their number; ``t0``/``t1`` the ``perf_counter`` stamps around them, comparable between
+    ranks of one machine) and, with ``verify``, one correctness check per (scenario, kind,
+    size) from the first warm-up run (values filled before a single call, compared after).
     """
     import torch
     import torch.distributed as dist
 
     if warmup < 1 and verify:
         warmup = 1
+    comm = None
+    if impl == "p2p":
+        from validation.comm import Comm
+        from validation.layout import MeshCoords
+
+        comm = Comm(MeshCoords(ctx.world_size // ctx.ranks_per_node, ctx.ranks_per_node),
+                    ctx.rank, impl="p2p")
+    elif impl != "gloo":
+        raise ValueError(f"unknown collective implementation {impl!r}")
     world = list(range(ctx.world_size))
     handles: list[list[tuple[list[int], Any]]] = []
     for sc in scenarios:
@@ -133,11 +172,15 @@ def bench_collectives(
                     probe = verify and it == 0
                     if probe:
                         _fill(kind, bufs, ctx.rank, len(ranks), torch)
-                    loops = 1 if probe else inner_loops(size)
+                    loops = 1 if probe or single_shot else inner_loops(size)
                     t0 = time.perf_counter()
                     for _ in range(loops):
-                        _op(kind, dist, handle, bufs)
-                    seconds = (time.perf_counter() - t0) / loops
+                        if comm is None:
+                            _op(kind, dist, handle, bufs)
+                        else:
+                            _op_p2p(kind, comm, ranks, bufs)
+                    t1 = time.perf_counter()
+                    seconds = (t1 - t0) / loops
                     if probe:
                         checks.append({"scenario": sc["name"], "kind": kind, "size_bytes": size,
                                        "rank": ctx.rank, "ok": _check(kind, bufs, me, ranks,
@@ -148,7 +191,7 @@ def bench_collectives(
                             "scenario": sc["name"], "kind": kind, "size_bytes": size,
                             "p": len(ranks), "groups": [sorted(g) for g in sc["groups"]],
                             "repeat": it - warmup, "rank": ctx.rank, "seconds": seconds,
-                            "inner": loops,
+                            "inner": loops, "t0": t0, "t1": t1,
                         })
     dist.barrier()
     return {"records": records, "checks": checks}
