@@ -3,7 +3,9 @@
 The cluster is made of Linux network namespaces (one per node) joined by rate-shaped veth pairs
 to a bridge; torch.distributed gloo ranks run inside those namespaces. Calibration fits the
 alpha-beta ring formulas of the primer (alpha in seconds per step, beta in seconds per byte)
-for the same-node and the cross-node level and writes a topology JSON the engine loads.
+for the same-node and the cross-node level and writes a topology JSON the engine loads. Engine
+plans then run there as PyTorch (loss and gradients checked against one process), and their
+communication is timed against the engine's prediction (docs/VALIDATION.md).
 
 Modules, one job each:
 
@@ -19,6 +21,15 @@ Modules, one job each:
 - :mod:`validation.calibrate` -- calibration run, topology JSON and raw measurements.
 - :mod:`validation.measure` -- measured vs predicted collective times.
 - :mod:`validation.engine_predict` -- the engine's own prediction where it applies.
+- :mod:`validation.comm` -- collectives over rank lists (receive-first point-to-point rings or
+  gloo's own), each phase recorded and optionally timed.
+- :mod:`validation.layout` -- which global indices of every tensor each rank holds under a plan,
+  and the reshard steps between ops (symbolic, no torch).
+- :mod:`validation.executor` -- a taps_core plan as SPMD PyTorch with autograd.
+- :mod:`validation.reference` -- seeded weights and an independent single-process model.
+- :mod:`validation.plans` -- engine plans executed on the cluster and checked.
+- :mod:`validation.plan_timing` -- measured vs predicted communication of whole plans.
+- :mod:`validation.report` -- the whole validation run and docs/VALIDATION.md.
 - :mod:`validation.cli` -- ``python -m validation ...``.
 """
 

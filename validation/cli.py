@@ -285,7 +285,7 @@ def _plan_topology(args: argparse.Namespace):
 
     if args.topology:
         return load_topology(args.topology)
-    return build_cluster(args.nodes, args.ranks_per_node)
+    return build_cluster(args.nodes, args.ranks_per_node, nics_per_node=args.ranks_per_node)
 
 
 def _plan_labels(text: str) -> tuple[str, ...]:
