@@ -1,0 +1,265 @@
+"""Bandwidth sweep: the four plans as the inter-node NIC bandwidth goes from 1 to 400 GB/s.
+
+Each point is a 4-node cluster built like the dgx-a100 preset (NVSwitch 300 GB/s per direction,
+8 NICs per node, PCIe Gen4 32 GB/s from each GPU to its NIC) with every NIC at the point's
+bandwidth. Training is used when the model fits, inference otherwise. Where TAPS's plan differs
+between two neighbouring points, a bisection with TAPS alone narrows down the switch bandwidth,
+and the ops whose strategy changed are listed in words.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchmarks.config import BenchConfig, workload
+from benchmarks.plan_quality import op_group
+from taps_core.errors import TapsError
+from taps_core.graph import OpGraph
+from taps_core.linkmodel import LinkModel
+from taps_core.plan import Plan, SearchInfo, evaluate
+from taps_core.planner import BASELINES, NotFitting, compare, search
+from taps_core.report import describe, strategy_words
+from taps_core.topology import A100_80GB, Topology, build_cluster
+
+PRESET_NIC_Bps = 25e9  # dgx-a100: 8 x HDR 200 Gb/s
+
+
+def cluster(nodes: int, nic_Bps: float) -> Topology:
+    """The dgx-a100 preset's cluster with every NIC at ``nic_Bps`` (bytes/s per direction)."""
+    return build_cluster(
+        nodes,
+        8,
+        name=f"dgx-a100-like:{nodes} @ NIC {nic_Bps / 1e9:.3g} GB/s",
+        gpu=A100_80GB,
+        intra_bandwidth_Bps=300e9,
+        nics_per_node=8,
+        nic_bandwidth_Bps=nic_Bps,
+        pcie_bandwidth_Bps=32e9,
+    )
+
+
+@dataclass
+class SweepPoint:
+    nic_Bps: float
+    comm_s: dict[str, float | None]
+    total_s: dict[str, float | None]
+    taps_summary: str
+    compare_s: float
+    taps_status: str = ""  # optimal, or feasible when the memory limit binds
+    taps_bound_gap_s: float | None = None  # step time above the Lagrangian lower bound
+    taps_inter_bytes: float | None = None  # bytes TAPS's plan sends across nodes per step
+
+
+@dataclass
+class Change:
+    """TAPS's plan changes between ``low_Bps`` (old plan) and ``high_Bps`` (new plan).
+
+    ``gap_s`` is how much slower (step time) the old plan would be at ``high_Bps``; a change
+    with a gap within rounding (``tie``) is a flip between equal-cost plans, not a real switch.
+    A negative gap means the new plan is *worse* than the old one (which still fits): the
+    memory-limited search missed a better plan there.
+    """
+
+    low_Bps: float
+    high_Bps: float
+    before: str
+    after: str
+    ops: list[dict[str, object]]  # op group, count, old words, new words
+    changed_ops: int
+    gap_s: float
+    tie: bool
+    after_status: str = ""  # search status of the new plan (optimal / feasible)
+
+
+@dataclass
+class SweepResult:
+    """One sweep; ``changes`` includes ties (see :class:`Change`)."""
+
+    model: str
+    mode: str
+    nodes: int
+    batch: int
+    points: list[SweepPoint]
+    changes: list[Change]
+    volume_plan_constant: bool
+    reasons: dict[str, str] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+TIE_REL = 1e-9
+
+
+def step_time_at(graph: OpGraph, plan: Plan, nodes: int, nic_Bps: float) -> float:
+    """Step time of ``plan``'s strategies on the cluster with NICs at ``nic_Bps``."""
+    links = LinkModel(cluster(nodes, nic_Bps))
+    again = evaluate(
+        graph,
+        links,
+        plan.mode,
+        plan.strategies,
+        label=plan.label,
+        cost_model="topology",
+        search=SearchInfo("manual", 0.0, 0),
+        memory_limit_bytes=plan.memory_limit_bytes,
+    )
+    return again.total_time_s
+
+
+def _search_state(plan: Plan) -> tuple[str, float | None, float]:
+    bound = plan.search.lower_bound_s
+    gap = None if bound is None else plan.total_time_s - bound
+    return plan.search.status, gap, plan.inter_node_bytes
+
+
+def _signature(plan: Plan) -> tuple[str, ...]:
+    return tuple(op.strategy.label() for op in plan.ops)
+
+
+def diff(old: Plan, new: Plan) -> list[dict[str, object]]:
+    """Ops whose strategy differs, grouped by layer-relative name and by the change itself."""
+    changes: Counter[tuple[str, str, str]] = Counter()
+    for a, b in zip(old.ops, new.ops):
+        if a.strategy != b.strategy:
+            changes[
+                (op_group(a.name, a.layer), strategy_words(a.strategy), strategy_words(b.strategy))
+            ] += 1
+    return [
+        {"op": op, "count": n, "before": before, "after": after}
+        for (op, before, after), n in sorted(changes.items(), key=lambda kv: (-kv[1], kv[0]))
+    ]
+
+
+def _taps(graph: OpGraph, nodes: int, mode: str, nic_Bps: float) -> Plan | None:
+    try:
+        return search(graph, cluster(nodes, nic_Bps), mode=mode)
+    except TapsError:
+        return None
+
+
+def pick_mode(graph: OpGraph, nodes: int) -> tuple[str, str]:
+    """("train", "") when TAPS finds a training plan that fits at the preset NIC speed, else
+    ("infer", why training does not fit). Memory does not depend on bandwidth."""
+    try:
+        search(graph, cluster(nodes, PRESET_NIC_Bps), mode="train")
+    except TapsError as err:
+        return "infer", str(err)
+    return "train", ""
+
+
+def locate(
+    graph: OpGraph,
+    nodes: int,
+    mode: str,
+    lo: tuple[float, Plan],
+    hi: tuple[float, Plan],
+    steps: int,
+) -> list[Change]:
+    """Every plan change between two sweep points, each narrowed by ``steps`` bisections."""
+    out: list[Change] = []
+    (lo_bw, lo_plan), (hi_bw, hi_plan) = lo, hi
+    while _signature(lo_plan) != _signature(hi_plan) and len(out) < 4:
+        a_bw, b_bw, b_plan = lo_bw, hi_bw, hi_plan
+        for _ in range(steps):
+            mid = float(np.sqrt(a_bw * b_bw))
+            plan = _taps(graph, nodes, mode, mid)
+            if plan is None:
+                break
+            if _signature(plan) == _signature(lo_plan):
+                a_bw = mid
+            else:
+                b_bw, b_plan = mid, plan
+        changed = sum(x.strategy != y.strategy for x, y in zip(lo_plan.ops, b_plan.ops))
+        gap = step_time_at(graph, lo_plan, nodes, b_bw) - b_plan.total_time_s
+        tie = abs(gap) <= TIE_REL * b_plan.total_time_s
+        out.append(
+            Change(
+                a_bw,
+                b_bw,
+                describe(lo_plan),
+                describe(b_plan),
+                diff(lo_plan, b_plan),
+                changed,
+                gap,
+                tie,
+                b_plan.search.status,
+            )
+        )
+        lo_bw, lo_plan = b_bw, b_plan  # a further change may lie between here and hi
+    return out
+
+
+def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> list[SweepResult]:
+    """Every sweep of ``cfg``."""
+    return [sweep(model, nodes, cfg, log) for model, nodes in cfg.sweeps]
+
+
+def sweep(
+    model: str, nodes: int, cfg: BenchConfig, log: Callable[[str], None] = print
+) -> SweepResult:
+    """One model on ``nodes`` nodes over the NIC bandwidth grid of ``cfg``."""
+    start = time.perf_counter()
+    graph, batch, _ = workload(model, nodes)
+    grid = [float(x) for x in np.geomspace(cfg.sweep_low_Bps, cfg.sweep_high_Bps, cfg.sweep_points)]
+    mode, why = pick_mode(graph, nodes)
+    reasons = {"train": why} if why else {}
+    points: list[SweepPoint] = []
+    taps_plans: list[Plan | None] = []
+    volume_sigs: set[tuple[str, ...]] = set()
+    for bw in grid:
+        t0 = time.perf_counter()
+        plans = compare(graph, cluster(nodes, bw), mode=mode)
+        elapsed = time.perf_counter() - t0
+        for label, p in plans.items():
+            if isinstance(p, NotFitting):
+                reasons.setdefault(label, p.reason)
+        taps, volume = plans["taps"], plans["volume"]
+        if isinstance(volume, Plan):
+            volume_sigs.add(_signature(volume))
+        points.append(
+            SweepPoint(
+                bw,
+                {lb: p.comm_time_s if isinstance(p, Plan) else None for lb, p in plans.items()},
+                {lb: p.total_time_s if isinstance(p, Plan) else None for lb, p in plans.items()},
+                describe(taps) if isinstance(taps, Plan) else "does not fit",
+                elapsed,
+                *(_search_state(taps) if isinstance(taps, Plan) else ("", None, None)),
+            )
+        )
+        taps_plans.append(taps if isinstance(taps, Plan) else None)
+        shown = f"{taps.comm_time_s:.4g} s" if isinstance(taps, Plan) else "n/a"
+        log(f"sweep {model} NIC {bw / 1e9:.3g} GB/s: TAPS comm {shown} ({elapsed:.1f} s)")
+    changes: list[Change] = []
+    for i in range(1, len(grid)):
+        lo_plan, hi_plan = taps_plans[i - 1], taps_plans[i]
+        if lo_plan is None or hi_plan is None:
+            continue
+        found = locate(
+            graph,
+            nodes,
+            mode,
+            (grid[i - 1], lo_plan),
+            (grid[i], hi_plan),
+            cfg.sweep_refine_steps,
+        )
+        for ch in found:
+            log(
+                f"sweep {model}: TAPS changes plan{' (tie)' if ch.tie else ''} between "
+                f"{ch.low_Bps / 1e9:.3g} and {ch.high_Bps / 1e9:.3g} GB/s ({ch.changed_ops} ops)"
+            )
+        changes += found
+    return SweepResult(
+        model,
+        mode,
+        nodes,
+        batch,
+        points,
+        changes,
+        len(volume_sigs) <= 1,
+        {k: v for k, v in reasons.items() if k in (*BASELINES, "train")},
+        time.perf_counter() - start,
+    )

@@ -1,0 +1,100 @@
+"""benchmarks: the quick slice end to end (report, figures, raw JSON) and a few helpers."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from benchmarks.__main__ import main
+from benchmarks.bandwidth_sweep import PRESET_NIC_Bps, cluster
+from benchmarks.config import QUICK, scaled_batch
+from benchmarks.plan_quality import op_group
+from taps_core.models import build_graph, load_model_config
+from taps_core.planner import search
+from taps_core.presets import preset
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    assert main(["--quick", "--out", str(out)]) == 0
+    return out, (out / "RESULTS.md").read_text(), json.loads((out / "results.json").read_text())
+
+
+def test_report_has_every_section_and_tables(quick_run):
+    _, md, _ = quick_run
+    for heading in (
+        "## Summary",
+        "## 1. Plan quality",
+        "## 2. Search speed and exactness",
+        "### Headline checks",
+        "## 3. Bandwidth sweep",
+        "## Limits and notes",
+        "## Machine",
+    ):
+        assert heading in md
+    assert "python -m benchmarks" in md
+    assert "| cluster | GPUs | mode | batch | TAPS comm | volume comm |" in md
+    assert "| GPUs | layers | batch |" in md
+    assert len(re.findall(r"^\| ", md, flags=re.M)) > 30
+    for model in QUICK.quality_models:
+        assert f"### {model}" in md
+
+
+def test_dp_equals_ilp_in_every_finished_row(quick_run):
+    _, md, raw = quick_run
+    rows = raw["speed"]["rows"]
+    assert {(r["layers"], r["gpus"]) for r in rows} >= {(1, 8), (2, 8)}
+    finished = [r for r in rows if r["ilp_finished"]]
+    assert finished, "the quick slice must solve some ILPs"
+    for r in finished:
+        assert r["equal"] is True
+        assert r["ilp_cost_s"] == pytest.approx(r["dp_cost_s"], rel=1e-9)
+    assert "**NO**" not in md
+
+
+def test_quality_rows_and_reductions(quick_run):
+    _, _, raw = quick_run
+    rows = raw["quality"]["rows"]
+    assert len(rows) == len(QUICK.quality_models) * len(QUICK.quality_clusters) * 2
+    for r in rows:
+        assert r["plans"]["taps"]["fits"]
+        red = r["reduction_vs"].get("volume")
+        assert red is not None and red <= 1.0
+        # TAPS optimises the step time: never slower than a baseline that fits
+        for label, p in r["plans"].items():
+            if p["fits"]:
+                assert r["plans"]["taps"]["total_s"] <= p["total_s"] * (1 + 1e-9), label
+    assert raw["quality"]["stats"]["all"]["count"] == len(rows)
+
+
+def test_figures_and_machine_are_recorded(quick_run):
+    out, md, raw = quick_run
+    links = re.findall(r"\]\((figures/[^)]+)\)", md)
+    assert len(links) >= 5
+    for link in links:
+        assert (out / link).is_file()
+        assert link.endswith((".png", ".html"))
+    env = raw["environment"]
+    assert env["python"] and env["cpu"] and env["usable_cores"] >= 1
+    assert "numpy" in env["packages"]
+
+
+def test_sweep_cluster_matches_the_preset_at_its_own_bandwidth():
+    graph = build_graph(load_model_config("mlp-2layer"))
+    ours = search(graph, cluster(2, PRESET_NIC_Bps))
+    ref = search(graph, preset("dgx-a100:2"))
+    assert ours.total_time_s == pytest.approx(ref.total_time_s, rel=1e-12)
+    assert ours.comm_time_s == pytest.approx(ref.comm_time_s, rel=1e-12)
+
+
+def test_helpers():
+    cfg = load_model_config("llama3-70b")  # sample batch 8
+    assert scaled_batch(cfg, 1) == 8
+    assert scaled_batch(cfg, 16) == 16
+    assert scaled_batch(cfg, 3) == 9
+    assert op_group("L7.mlp.up", 7) == "L*.mlp.up"
+    assert op_group("S0.B0.conv1", 0) == "S0.B0.conv1"
+    assert op_group("lm_head", None) == "lm_head"
