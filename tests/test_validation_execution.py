@@ -8,10 +8,8 @@ finalizer that runs also when the test fails.
 
 from __future__ import annotations
 
-import random
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,19 +20,9 @@ if str(REPO) not in sys.path:  # plain `pytest` does not put the repository root
 
 from validation import cluster, names, preflight  # noqa: E402
 from validation.layout import MeshCoords, group_of, plan_graph, replication  # noqa: E402
-from validation.plans import MODELS, build  # noqa: E402
+from validation.plans import MODELS, build, random_plan  # noqa: E402
 
 MESH = MeshCoords(2, 2)
-
-
-def _random_plan(graph, seed: int) -> SimpleNamespace:
-    """Any strategy of the 2 x 2 search space for every op (an engine-plan look-alike)."""
-    from taps_core.strategies import Mesh, SearchSpace, op_strategies
-
-    rng = random.Random(seed)
-    ops = [SimpleNamespace(name=op.name, strategy=rng.choice(
-        op_strategies(graph, op, Mesh(2, 2), SearchSpace()))) for op in graph.ops]
-    return SimpleNamespace(ops=ops)
 
 
 # ---------------------------------------------------------------- pure (no root needed)
@@ -57,7 +45,7 @@ def test_layouts_cover_every_tensor_once_per_replica(model: str) -> None:
     """For random plans: every op's output shards tile the full tensor, replicated evenly."""
     graph = build(MODELS[model])
     for seed in range(3):
-        plan = _random_plan(graph, seed)
+        plan = random_plan(graph, seed)
         lays = plan_graph(graph, {o.name: o.strategy for o in plan.ops}, MESH)
         for op in graph.ops:
             out = lays[op.name].output
@@ -114,7 +102,7 @@ def test_plans_match_single_process_on_2x2(emulated) -> None:
         graph = build(MODELS[model])
         chosen = dict(plans_for(graph, topo))
         if model == "gpt-tiny":
-            chosen.update({f"random{s}": _random_plan(graph, s) for s in (11, 12)})
+            chosen.update({f"random{s}": random_plan(graph, s) for s in (11, 12)})
         res = execute(MODELS[model], chosen, nodes=2, ranks_per_node=2, timeout_s=120)
         for label, chk in res["checks"].items():
             assert chk.ok, (model, label, chk)

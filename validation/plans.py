@@ -71,6 +71,22 @@ def plans_for(graph, topology, labels: tuple[str, ...] = PLAN_LABELS) -> dict[st
     return out
 
 
+def random_plan(graph, seed: int, nodes: int = 2, ranks_per_node: int = 2):
+    """A plan look-alike with a seeded random strategy of the engine's space for every op:
+    not a good plan, a test of the executor (it exercises reshards the planner avoids)."""
+    import random
+    from types import SimpleNamespace
+
+    from taps_core.strategies import Mesh, SearchSpace, op_strategies
+
+    rng = random.Random(seed)
+    mesh = Mesh(nodes, ranks_per_node)
+    return SimpleNamespace(ops=[
+        SimpleNamespace(name=op.name, strategy=rng.choice(op_strategies(graph, op, mesh,
+                                                                        SearchSpace())))
+        for op in graph.ops])
+
+
 # ---- rank side -------------------------------------------------------------------------------
 
 
