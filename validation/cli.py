@@ -1,4 +1,6 @@
-"""``python -m validation``: cluster, calibrate, measure-collectives, execute-plans,
+"""``python -m validation``: emulated cluster, calibration, collective and plan runs, report.
+
+Subcommands: cluster up/down/status, calibrate, measure-collectives, execute-plans,
 measure-plans, report.
 
 Exit codes: 0 success; 1 a run failed (a command, a rank, a wrong result); 2 this machine

@@ -137,7 +137,8 @@ def run_all(data: Path, *, quick: bool = False, timeout_s: float = DEFAULT_TIMEO
 
         topo = load_topology(str(topo_path))
         topologies = {"calibrated": topo,
-                      "build_cluster(2, 2)": build_cluster(2, 2, nics_per_node=2)}
+                      "build_cluster(2, 2, nics_per_node=2)":
+                          build_cluster(2, 2, nics_per_node=2)}
 
         def check_all() -> dict[str, Any]:
             out: dict[str, Any] = {}
