@@ -123,9 +123,10 @@ def op_cost(graph: OpGraph, op: OpSpec, s: Strategy, topology: Topology, mode: s
             stat_rows = out.numel / math.prod(
                 out.shape[op.output_letters.index(ch)] for ch in op.stat_letters
             )
-            phases += [
-                ("stats", p) for p in all_reduce(s_inter, s_intra, STAT_BYTES * stat_rows * rows)
-            ]
+            stats = all_reduce(s_inter, s_intra, STAT_BYTES * stat_rows * rows)
+            phases += [("stats", p) for p in stats]
+            if train:  # the norm's backward reduces two more per-row sums over the same split
+                phases += [("stats bwd", p) for p in stats]
     memory = Memory()
     for letters, tname in zip(op.input_letters, op.inputs):
         t = graph.tensors[tname]
@@ -178,14 +179,29 @@ def level_move(src: tuple[int, ...], dst: tuple[int, ...]) -> LevelMove:
     return LevelMove("all_gather", ps // common, common)
 
 
+FREE_MOVES = ("none", "slice")
+
+
+def _other_split(level: int, src: Layout, dst: Layout) -> int:
+    """Ways the *other* level splits the tensor while ``level``'s collective runs.
+
+    Free moves (slices) go first; of two collectives, the intra-node one runs first, on the
+    tensor still split the source's way across nodes; the inter-node one then sees the
+    destination's intra-node split.
+    """
+    other = 1 - level
+    other_free = level_move(src[other], dst[other]).collective in FREE_MOVES
+    if level == LEVELS.index("intra") and not other_free:
+        return math.prod(src[other])
+    return math.prod(dst[other])
+
+
 def reshard_phases(nbytes: float, src: Layout, dst: Layout) -> tuple[Phase, ...]:
     """Collectives that turn a tensor of ``nbytes`` from layout ``src`` into ``dst``."""
     phases: list[Phase] = []
     for i, lv in enumerate(LEVELS):
         move = level_move(src[i], dst[i])
-        other = 1 - i
-        kept = math.prod(math.gcd(a, b) for a, b in zip(src[other], dst[other]))
-        size = nbytes / (move.divisor * kept)
+        size = nbytes / (move.divisor * _other_split(i, src, dst))
         if move.collective == "all_gather":
             phases += all_gather(lv, move.q, size)
         elif move.collective == "all_to_all":
@@ -197,34 +213,33 @@ class Resharder:
     """Vectorised resharding costs for one comm model, with per-level tables cached.
 
     The cost of a move decomposes by level: ``steps * alpha + bytes * beta`` where the bytes
-    are the tensor's size over this level's divisor and the other level's kept split, so a
-    matrix over many layouts is a few table look-ups, not a Python loop per pair.
+    are the tensor's size over this level's divisor and the other level's current split (see
+    :func:`_other_split`), so a matrix over many layouts is a few table look-ups.
     """
 
     def __init__(self, comm: CommCost) -> None:
         self.comm = comm
         self._level: dict[
-            tuple[int, tuple[int, ...], tuple[int, ...]], tuple[float, float, int]
+            tuple[int, tuple[int, ...], tuple[int, ...]], tuple[float, float, bool]
         ] = {}
 
-    def _entry(self, lv: int, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[float, float, int]:
-        """(latency seconds, seconds per tensor byte before 'kept', gcd-kept split) of a move."""
+    def _entry(self, lv: int, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[float, float, bool]:
+        """(latency seconds, seconds per tensor byte before the other level's split, free?)."""
         key = (lv, a, b)
         if key not in self._level:
             move = level_move(a, b)
-            kept = math.prod(math.gcd(x, y) for x, y in zip(a, b))
             if move.collective in ("all_gather", "all_to_all"):
                 pattern = "pairs" if move.collective == "all_to_all" else "ring"
                 alpha, beta = self.comm.coefficients(LEVELS[lv], move.q, pattern)
                 frac = (move.q - 1) / move.q / move.divisor
-                self._level[key] = ((move.q - 1) * alpha, frac * beta, kept)
+                self._level[key] = ((move.q - 1) * alpha, frac * beta, False)
             else:
-                self._level[key] = (0.0, 0.0, kept)
+                self._level[key] = (0.0, 0.0, True)
         return self._level[key]
 
     def one_way(self, nbytes: float, src: list[Layout], dst: list[Layout]) -> np.ndarray:
-        """Matrix [len(src), len(dst)] of seconds to move a tensor of ``nbytes`` forward."""
-        total = np.zeros((len(src), len(dst)))
+        """Matrix [len(src), len(dst)] of seconds to move a tensor of ``nbytes`` forward
+        (the same phases as :func:`reshard_phases`, vectorised over layouts)."""
         tables = []
         for lv in range(2):
             ua = sorted({a[lv] for a in src})
@@ -232,15 +247,21 @@ class Resharder:
             ia = np.array([ua.index(a[lv]) for a in src])
             ib = np.array([ub.index(b[lv]) for b in dst])
             ent = [[self._entry(lv, a, b) for b in ub] for a in ua]
-            lat = np.array([[e[0] for e in row] for row in ent])
-            beta = np.array([[e[1] for e in row] for row in ent])
-            kept = np.array([[e[2] for e in row] for row in ent], dtype=float)
-            tables.append((lat[np.ix_(ia, ib)], beta[np.ix_(ia, ib)], kept[np.ix_(ia, ib)]))
-        for lv in range(2):
-            lat, beta, _ = tables[lv]
-            kept_other = tables[1 - lv][2]
-            total += lat + beta * nbytes / kept_other
-        return total
+            pick = np.ix_(ia, ib)
+            lat = np.array([[e[0] for e in row] for row in ent])[pick]
+            beta = np.array([[e[1] for e in row] for row in ent])[pick]
+            free = np.array([[e[2] for e in row] for row in ent])[pick]
+            p_src = np.array([math.prod(a) for a in ua], dtype=float)[ia]
+            p_dst = np.array([math.prod(b) for b in ub], dtype=float)[ib]
+            tables.append((lat, beta, free, p_src, p_dst))
+        inter, intra = LEVELS.index("inter"), LEVELS.index("intra")
+        i_lat, i_beta, i_free, i_src, i_dst = tables[inter]
+        a_lat, a_beta, _, _, a_dst = tables[intra]
+        # inter-node phase sees the destination's intra split (intra ran first or was free)
+        total = i_lat + i_beta * nbytes / a_dst[None, :]
+        # intra-node phase sees the source's inter split unless the inter move is a free slice
+        other = np.where(i_free, i_dst[None, :], i_src[:, None])
+        return total + a_lat + a_beta * nbytes / other
 
     def matrix(
         self, nbytes: float, src: list[Layout], dst: list[Layout], *, train: bool

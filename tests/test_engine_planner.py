@@ -213,3 +213,15 @@ def test_wider_space_never_worse_and_narrower_never_better(mlp, dgx1):
     assert wide.total_time_s <= default.total_time_s * (1 + 1e-12)
     assert narrow.total_time_s >= default.total_time_s * (1 - 1e-12)
     assert wide.search.num_strategies > default.search.num_strategies
+
+
+def test_double_gather_runs_intra_first_on_the_inter_split_data():
+    # split 2 ways across nodes and 4 inside: gather inside first (each GPU holds 1/8, the
+    # result 1/2), then across nodes on the intra-replicated half
+    phases = reshard_phases(8e6, ((2,), (4,)), ((1,), (1,)))
+    intra, inter = sorted(phases, key=lambda p: p.level != "intra")
+    assert (intra.level, intra.q, intra.per_rank_bytes) == ("intra", 4, pytest.approx(3e6))
+    assert (inter.level, inter.q, inter.per_rank_bytes) == ("inter", 2, pytest.approx(4e6))
+    # a free slice across nodes comes first and shrinks the intra gather
+    (only,) = reshard_phases(8e6, ((1,), (4,)), ((2,), (1,)))
+    assert only.per_rank_bytes == pytest.approx(3e6)

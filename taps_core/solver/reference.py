@@ -92,9 +92,15 @@ def ilp(
     a = coo_matrix((vals, (rows, cols)), shape=(len(lo), len(cost))).tocsr()
     integrality = np.zeros(len(cost))
     integrality[: sum(len(problem.node_costs[n]) for n in names)] = 1
-    options = {"time_limit": time_limit_s} if time_limit_s else {}
+    # HiGHS stops within an absolute gap of 1e-6: costs in seconds are tiny, so rescale the
+    # objective to ~1e6 and ask for a tight relative gap to get the true optimum
+    c = np.array(cost)
+    scale = 1e6 / max(float(np.abs(c).max(initial=0.0)), 1e-300)
+    options: dict[str, float] = {"mip_rel_gap": 1e-12}
+    if time_limit_s:
+        options["time_limit"] = time_limit_s
     res = milp(
-        np.array(cost),
+        c * scale,
         constraints=LinearConstraint(a, lo, hi),
         integrality=integrality,
         bounds=Bounds(0, np.array(upper)),
