@@ -6,6 +6,7 @@ import streamlit as st
 
 from dashboard import cache, state
 from dashboard.charts import gpu_heatmap_figure, link_bars_figure
+from dashboard.report_html import busiest_link_rows
 from dashboard.widgets import context_caption, need_plan, show_chart
 from taps_core.report import fmt_bytes, fmt_seconds, links_csv
 
@@ -51,17 +52,7 @@ def main() -> None:
     )
     show_chart(gpu_heatmap_figure(gpus, matrix), "gpu_heatmap")
     st.subheader("Busiest links")
-    rows = [
-        {
-            "src": k.src,
-            "dst": k.dst,
-            "kind": k.kind,
-            "bandwidth (GB/s)": k.bandwidth_Bps / 1e9,
-            "bytes (GB)": k.bytes / 1e9,
-            "busy (ms)": k.busy_time_s * 1e3,
-        }
-        for k in sorted(plan.links, key=lambda k: -k.busy_time_s)[:top]
-    ]
+    rows = busiest_link_rows(plan, top)
     st.dataframe(
         rows,
         hide_index=True,

@@ -15,6 +15,22 @@ import plotly.io as pio
 from taps_core.plan import Plan
 from taps_core.report import describe, fmt_bytes, fmt_seconds
 
+
+def busiest_link_rows(plan: Plan, top: int | None = None) -> list[dict[str, object]]:
+    """Table rows (GB/s, GB, ms) of the plan's links, busiest first; ``top`` limits them."""
+    ranked = sorted(plan.links, key=lambda k: -k.busy_time_s)
+    return [
+        {
+            "src": k.src,
+            "dst": k.dst,
+            "kind": k.kind,
+            "bandwidth (GB/s)": k.bandwidth_Bps / 1e9,
+            "bytes (GB)": k.bytes / 1e9,
+            "busy (ms)": k.busy_time_s * 1e3,
+        }
+        for k in ranked[:top]
+    ]
+
 GiB = 2**30
 CSS = """
 body { font-family: Inter, Helvetica, Arial, sans-serif; margin: 2rem auto; max-width: 1200px;
@@ -63,17 +79,7 @@ def html_report(plan: Plan, figures: Sequence[go.Figure], *, rows: Sequence[dict
             f"{fmt_seconds(plan.search.time_s)}, {plan.search.status}",
         },
     ]
-    links = [
-        {
-            "src": k.src,
-            "dst": k.dst,
-            "kind": k.kind,
-            "bandwidth (GB/s)": k.bandwidth_Bps / 1e9,
-            "bytes (GB)": k.bytes / 1e9,
-            "busy (ms)": k.busy_time_s * 1e3,
-        }
-        for k in sorted(plan.links, key=lambda k: -k.busy_time_s)
-    ]
+    links = busiest_link_rows(plan)
     charts = []
     for i, fig in enumerate(figures):
         charts.append(
