@@ -101,10 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="collectives: receive-first point-to-point rings (p2p, default; "
                             "what the plan executor uses) or gloo's own")
 
-    def common(q: argparse.ArgumentParser, repeats: int) -> None:
+    def mesh_args(q: argparse.ArgumentParser) -> None:
+        """Cluster shape plus how to bring it up: shared by every measuring command."""
         q.add_argument("--nodes", type=_positive_int, default=2)
         q.add_argument("--ranks-per-node", type=_positive_int, default=2)
         cluster_args(q)
+
+    def common(q: argparse.ArgumentParser, repeats: int) -> None:
+        mesh_args(q)
         q.add_argument("--sizes", type=parse_sizes, default=None,
                        help="comma-separated message sizes S, e.g. 4K,64K,1M,4M,8M,16M,32M")
         q.add_argument("--repeats", type=_positive_int, default=repeats)
@@ -136,9 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "and write OUT-stem.topology.json next to OUT")
 
     def plan_args(q: argparse.ArgumentParser, models: str) -> None:
-        q.add_argument("--nodes", type=_positive_int, default=2)
-        q.add_argument("--ranks-per-node", type=_positive_int, default=2)
-        cluster_args(q)
+        mesh_args(q)
         q.add_argument("--model", default=models,
                        help=f"comma-separated model presets ({', '.join(MODELS)}) or "
                             "config.json paths")
