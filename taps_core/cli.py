@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         q.add_argument("--seq", type=int, help="sequence length (tokens)")
         q.add_argument("--dtype", choices=sorted(DTYPE_BYTES))
         q.add_argument(
+            "--flash-attention",
+            action="store_true",
+            default=None,
+            help="fused attention: keep no softmax/dropout tensors for backward",
+        )
+        q.add_argument(
             "--memory-limit",
             type=float,
             metavar="GB",
@@ -63,7 +69,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _workload(args: argparse.Namespace) -> tuple[OpGraph, Topology]:
     cfg = load_model_config(args.model).with_workload(
-        batch_size=args.batch, seq_length=args.seq, dtype=args.dtype
+        batch_size=args.batch,
+        seq_length=args.seq,
+        dtype=args.dtype,
+        flash_attention=args.flash_attention,
     )
     topo = load_topology(args.topology)
     return build_graph(cfg), topo

@@ -42,10 +42,14 @@ class ModelConfig:
     depths: tuple[int, ...] = (3, 4, 6, 3)
     num_labels: int = 1000
     image_size: int = 224
+    # dropout probabilities (HF names vary by family; None = the family's default)
+    attention_dropout: float | None = None
+    hidden_dropout: float | None = None
     # workload
     batch_size: int = 8
     seq_length: int = 1024
     dtype: str = "bfloat16"
+    flash_attention: bool = False  # fused attention: no softmax/dropout tensors kept for backward
 
     @property
     def dtype_bytes(self) -> int:
@@ -59,12 +63,25 @@ class ModelConfig:
     def ffn_size(self) -> int:
         return self.intermediate_size or 4 * self.hidden_size
 
+    @property
+    def uses_dropout(self) -> tuple[bool, bool]:
+        """(attention-probability dropout, hidden/residual dropout) in training.
+
+        GPT-2/3 and BERT train with dropout 0.1 unless the config says otherwise (Megatron's
+        and HF's defaults); Llama-family models train without dropout.
+        """
+        default = 0.0 if self.model_type in ("llama", "mistral", "mixtral") else 0.1
+        attn = default if self.attention_dropout is None else self.attention_dropout
+        hidden = default if self.hidden_dropout is None else self.hidden_dropout
+        return attn > 0, hidden > 0
+
     def with_workload(
         self,
         *,
         batch_size: int | None = None,
         seq_length: int | None = None,
         dtype: str | None = None,
+        flash_attention: bool | None = None,
     ) -> ModelConfig:
         """A copy with the workload overridden (None keeps the current value)."""
         new = replace(
@@ -72,6 +89,9 @@ class ModelConfig:
             batch_size=self.batch_size if batch_size is None else batch_size,
             seq_length=self.seq_length if seq_length is None else seq_length,
             dtype=self.dtype if dtype is None else dtype,
+            flash_attention=(
+                self.flash_attention if flash_attention is None else flash_attention
+            ),
         )
         return validate_config(new)
 
@@ -139,6 +159,10 @@ _ALIASES = {
     "torch_dtype": "dtype",
     "micro_batch_size": "batch_size",
     "seq_len": "seq_length",
+    "attn_pdrop": "attention_dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+    "resid_pdrop": "hidden_dropout",
+    "hidden_dropout_prob": "hidden_dropout",
 }
 
 
@@ -170,6 +194,14 @@ def config_from_dict(data: dict[str, Any], *, name: str | None = None) -> ModelC
             check_positive_int(key, value)
     if cfg.num_local_experts:
         check_positive_int("num_local_experts", cfg.num_local_experts)
+    for key in ("attention_dropout", "hidden_dropout"):
+        value = getattr(cfg, key)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1
+        ):
+            raise InvalidInputError(key, value, "a probability in [0, 1)")
+    if not isinstance(cfg.flash_attention, bool):
+        raise InvalidInputError("flash_attention", cfg.flash_attention, "true or false")
     return validate_config(cfg)
 
 
