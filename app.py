@@ -13,7 +13,7 @@ import streamlit as st
 from dashboard import state
 from dashboard.widgets import sidebar
 
-st.set_page_config(page_title="TAPS Planner", page_icon=":material/account_tree:", layout="wide")
+st.set_page_config(page_title="TAPS Planner", page_icon="🧭", layout="wide")
 
 PAGES = [  # file, title, icon, url path, the page's own URL parameters; first = home page
     ("app_pages/plan.py", "Plan", "account_tree", "plan", ("expand",)),
