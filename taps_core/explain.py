@@ -9,13 +9,19 @@ Both are costed the way the planner costs them: every group of the pattern runs 
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from taps_core.collectives import Phase, TopologyCost, VolumeCost, all_reduce
-from taps_core.errors import InvalidInputError, check_positive
+from taps_core.errors import InvalidInputError, TapsError, check_positive
 from taps_core.linkmodel import LinkModel
+from taps_core.plan import Plan
+from taps_core.report import LETTER_NAMES, fmt_bytes, fmt_seconds, strategy_words
 from taps_core.topology import Topology
 
 
@@ -118,3 +124,272 @@ def volume_vs_time(
         volume,
     )
     return a, b
+
+
+# ---- plans in words: replication, decisions, changes ------------------------------------------
+
+
+def layer_relative_names(ops: Sequence[Any]) -> dict[str, str]:
+    """Op name without its layer's common dotted prefix (``L3.attn.q`` -> ``attn.q``).
+
+    ``ops`` are anything with ``name`` and ``layer`` (graph ops or plan ops); ops outside a
+    layer keep their name.
+    """
+    by_layer: dict[int, list[str]] = {}
+    for op in ops:
+        if op.layer is not None:
+            by_layer.setdefault(op.layer, []).append(op.name)
+    out = {op.name: op.name for op in ops}
+    for names in by_layer.values():
+        parts = [n.split(".") for n in names]
+        common = 0  # dotted parts shared by every op of the layer ("L3" or "S3.B2")
+        while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
+            common += 1
+        prefix = "".join(f"{p}." for p in parts[0][:common])
+        for name in names:
+            out[name] = name[len(prefix) :] or name
+    return out
+
+
+def _ways(split: Sequence[tuple[str, int]]) -> int:
+    return math.prod(f for _, f in split)
+
+
+def replicated_share(plan: Plan, level: str = "inter") -> float:
+    """Share of the plan's compute in ops that do not use a level whole (0 if it has one member).
+
+    On ``"inter"`` this is work every host repeats; on ``"intra"`` work every GPU of a host
+    repeats.
+    """
+    size = plan.nodes if level == "inter" else plan.gpus_per_node
+    total = plan.compute_time_s
+    if size <= 1 or total <= 0:
+        return 0.0
+    rep = sum(
+        op.compute_s
+        for op in plan.ops
+        if _ways(op.strategy.inter if level == "inter" else op.strategy.intra) < size
+    )
+    return rep / total
+
+
+def replication_warning(plan: Plan, *, threshold: float = 0.1) -> str | None:
+    """A sentence when hosts repeat each other's work on ``threshold`` or more of compute."""
+    share = replicated_share(plan, "inter")
+    if share < threshold:
+        return None
+    return (
+        f"Every one of the {plan.nodes} hosts repeats the same work on {100 * share:.0f}% of "
+        f"the compute (those ops are not split across hosts): with this network, computing "
+        f"twice is cheaper than sending the data between hosts. Compute per step is "
+        f"{fmt_seconds(plan.compute_time_s)}."
+    )
+
+
+def _level_words(split: Sequence[tuple[str, int]]) -> str:
+    """``batch 2 ways, FFN 4 ways`` or ``nothing (replicated)`` for one level's split."""
+    return ", ".join(f"{LETTER_NAMES.get(ch, ch)} {f} ways" for ch, f in split) or "replicated"
+
+
+def _dominant_words(plan: Plan, names: set[str]) -> str:
+    weight: Counter[str] = Counter()
+    for op in plan.ops:
+        if op.name in names:
+            weight[strategy_words(op.strategy)] += op.compute_s + op.comm_time_s
+    return weight.most_common(1)[0][0] if weight else "replicated"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One choice that shapes a plan, and what it saves against the best plan without it.
+
+    ``saved_s`` is the runner-up's step time minus the plan's (None: nothing fits without it).
+    """
+
+    what: str
+    share: float
+    saved_s: float | None
+    runner_up: str
+    words: str
+
+
+def _choices(plan: Plan) -> list[tuple[str, str | None, float, set[str]]]:
+    """(level, letter or None for 'replicated', compute share, op names) of a plan's choices."""
+    total = plan.compute_time_s or 1.0
+    found: dict[tuple[str, str | None], tuple[float, set[str]]] = {}
+    for op in plan.ops:
+        for level, split, size in (
+            ("inter", op.strategy.inter, plan.nodes),
+            ("intra", op.strategy.intra, plan.gpus_per_node),
+        ):
+            if size <= 1:
+                continue
+            keys = [ch for ch, _ in split] if _ways(split) == size else [None]
+            for key in keys:
+                w, names = found.get((level, key), (0.0, set()))
+                names.add(op.name)
+                found[(level, key)] = (w + op.compute_s / total, names)
+    return [(lv, ch, w, names) for (lv, ch), (w, names) in found.items()]
+
+
+def decisions(
+    plan: Plan,
+    graph: Any,
+    topology: Any,
+    *,
+    mode: str,
+    memory_limit_bytes: float | None = None,
+    limit: int = 4,
+    min_share: float = 0.05,
+) -> list[Decision]:
+    """The few choices that matter most in ``plan``, each priced against its runner-up.
+
+    A choice is a letter split over a level (``batch across hosts``) or leaving a level
+    replicated. Its runner-up is the best plan in which the ops making that choice may not
+    make it (one extra search each, the same search as the plan's); the saving is the step
+    time difference. Choices carrying less than ``min_share`` of the compute are skipped.
+    """
+    from taps_core.planner import search
+
+    out = []
+    for level, letter, share, names in _choices(plan):
+        if share < min_share:
+            continue
+        where = "across hosts" if level == "inter" else "inside hosts"
+        if letter is None:
+            what = f"leaving ops replicated {where}"
+
+            def allow(g: Any, op: Any, s: Any, lv=level, ns=names) -> bool:
+                size = topology.nodes if lv == "inter" else topology.gpus_per_node
+                return op.name not in ns or _ways(s.level(lv)) == size
+        else:
+            what = f"splitting {LETTER_NAMES.get(letter, letter)} {where}"
+
+            def allow(g: Any, op: Any, s: Any, lv=level, ch=letter, ns=names) -> bool:
+                return op.name not in ns or all(c != ch for c, _ in s.level(lv))
+
+        try:
+            other = search(
+                graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, allow=allow
+            )
+        except TapsError:
+            other = None
+        if other is None:
+            saved, runner = None, "nothing fits"
+            tail = "without it no plan fits"
+        else:
+            saved = other.total_time_s - plan.total_time_s
+            runner = _dominant_words(other, names)
+            tail = (
+                f"saves {fmt_seconds(max(saved, 0.0))} per step "
+                f"({100 * max(saved, 0.0) / max(other.total_time_s, 1e-30):.0f}%) over the "
+                f"runner-up, which would use {runner} for these ops"
+            )
+        words = f"**{what}** ({100 * share:.0f}% of compute): {tail}."
+        out.append(Decision(what, share, saved, runner, words))
+    out.sort(key=lambda d: -(math.inf if d.saved_s is None else d.saved_s))
+    return out[:limit]
+
+
+def slow_baseline_warning(taps: Plan, other: Plan, graph: Any, name: str) -> str | None:
+    """Say why a baseline is slow when most of its extra step time is not communication."""
+    extra = other.total_time_s - taps.total_time_s
+    extra_compute = other.compute_time_s - taps.compute_time_s
+    if extra <= 0.2 * taps.total_time_s or extra_compute < 0.5 * extra:
+        return None
+    ratio = other.total_time_s / max(taps.total_time_s, 1e-30)
+    parts = []
+    for level, where in (("intra", "inside hosts"), ("inter", "across hosts")):
+        share = replicated_share(other, level)
+        if share >= 0.1:
+            parts.append(f"{100 * share:.0f}% of its compute is not split {where}")
+    reasons = _indivisible(other, graph)
+    text = (
+        f"The {name} step is {ratio:.1f}x TAPS's, and {100 * extra_compute / extra:.0f}% of "
+        f"the difference is compute, not communication"
+    )
+    if parts:
+        text += ": " + "; ".join(parts)
+    if reasons:
+        text += f" ({reasons})"
+    return text + "."
+
+
+def _indivisible(plan: Plan, graph: Any) -> str:
+    """'heads (12) do not divide by 8' for model letters of replicated ops, when that is why."""
+    g = plan.gpus_per_node
+    seen: dict[str, int] = {}
+    for op in plan.ops:
+        if _ways(op.strategy.intra) == g or g <= 1:
+            continue
+        try:
+            sizes = graph.dim_sizes(graph.op_by_name[op.name])
+        except (AttributeError, KeyError):
+            return ""
+        for ch in ("n", "f", "v"):
+            if ch in sizes and sizes[ch] % g:
+                seen.setdefault(ch, sizes[ch])
+    return "; ".join(
+        f"{LETTER_NAMES.get(ch, ch)} ({n}) do not divide by {g}" for ch, n in seen.items()
+    )
+
+
+def change_words(
+    below: Plan,
+    above: Plan,
+    low_Bps: float,
+    high_Bps: float,
+    *,
+    above_at_low: Plan | None = None,
+    max_ops: int = 3,
+) -> str:
+    """Why TAPS's plan at ``low_Bps`` (``below``) differs from the one at ``high_Bps``."""
+    rel = layer_relative_names(below.ops)
+    changed = [(a, b) for a, b in zip(below.ops, above.ops) if a.strategy != b.strategy]
+    names = list(dict.fromkeys(rel[a.name] for a, _ in changed))
+    share = sum(a.compute_s for a, _ in changed) / max(below.compute_time_s, 1e-30)
+    moves = []
+    for level, where in (("inter", "across hosts"), ("intra", "inside hosts")):
+        weight: Counter[tuple[str, str]] = Counter()
+        for a, b in changed:
+            pair = (_level_words(b.strategy.level(level)), _level_words(a.strategy.level(level)))
+            weight[pair] += a.compute_s + b.compute_s + a.comm_time_s + b.comm_time_s
+        (up, down), _ = weight.most_common(1)[0] if weight else (("", ""), 0)
+        if up != down:
+            moves.append(f"{where}, {up} becomes {down}")
+    shown = ", ".join(names[:max_ops]) + (
+        f" and {len(names) - max_ops} more" if len(names) > max_ops else ""
+    )
+    head = (
+        f"Below {math.sqrt(low_Bps * high_Bps) / 1e9:.2g} GB/s per host (between "
+        f"{low_Bps / 1e9:.3g} and {high_Bps / 1e9:.3g}) TAPS changes {len(changed)} op(s) "
+        f"({shown}; {100 * share:.0f}% of compute): "
+        + ("; ".join(moves) if moves else "their layouts change")
+        + "."
+    )
+    why = []
+    d_inter = below.inter_node_bytes - above.inter_node_bytes
+    d_compute = below.compute_time_s - above.compute_time_s
+    d_intra = below.intra_node_bytes - above.intra_node_bytes
+    if d_inter < 0:
+        why.append(f"sends {fmt_bytes(-d_inter)} less across hosts per step")
+    elif d_inter > 0:
+        why.append(f"sends {fmt_bytes(d_inter)} more across hosts per step")
+    if d_intra > 0:
+        why.append(f"moves {fmt_bytes(d_intra)} more inside hosts")
+    if d_compute > 1e-12:
+        rep = replicated_share(below) - replicated_share(above)
+        why.append(
+            f"pays {fmt_seconds(d_compute)} more compute"
+            + (f" (hosts now repeat {100 * rep:.0f}% more of the compute)" if rep > 0.01 else "")
+        )
+    text = head
+    if why:
+        text += " The slower-network plan " + ", ".join(why) + "."
+    if above_at_low is not None:
+        text += (
+            f" Because at {low_Bps / 1e9:.3g} GB/s the faster-network plan would take "
+            f"{fmt_seconds(above_at_low.total_time_s)} per step (communication "
+            f"{fmt_seconds(above_at_low.comm_time_s)}), against {fmt_seconds(below.total_time_s)}."
+        )
+    return text

@@ -1,20 +1,35 @@
-"""Inter-node bandwidth sweep: how each plan's communication time, and TAPS's choice, move
-as the network between hosts gets faster or slower.
+"""Inter-node bandwidth sweep: step time (compute + communication) of TAPS and each baseline as
+the network between hosts gets faster or slower, and where, and why, TAPS changes its plan.
 
 Every point rescales the cluster's network links (NIC to switch) so that one host's NICs add
-up to the requested bandwidth, keeping their relative speeds (a degraded NIC stays degraded),
-then plans on the rescaled cluster. Runs of points where TAPS picks the same strategies are
-*regimes*; the bandwidths where it switches are where topology awareness pays.
+up to the requested bandwidth, keeping their relative speeds (a degraded NIC stays degraded).
+
+:class:`SweepRun` does the work incrementally so a dashboard can draw while it runs:
+
+- TAPS is searched at every grid point (what is drawn for TAPS is always a proven search).
+- Baselines are *warm-started*: searched at the two ends of the range, and inside it only
+  where the plans searched on either side differ. Where they agree, that plan is re-costed at
+  the new bandwidth instead (an evaluation, ~20x cheaper than a search). This is exact when
+  each plan's time is affine in 1/bandwidth, and it is exact for the volume-based plan, whose
+  choice never depends on bandwidth.
+- Between two grid points where TAPS's plan differs, the change is located by bisection in
+  log space to a tight interval, and explained in words (:func:`taps_core.explain.change_words`).
+
+Results are kept per (label, bandwidth), so a later grid reuses every plan already found.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import math
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from taps_core.errors import InvalidInputError, TapsError, check_positive
+from taps_core.explain import change_words, replicated_share
 from taps_core.graph import OpGraph
 from taps_core.plan import Plan
 from taps_core.planner import BASELINES, NotFitting, compare, search
@@ -22,50 +37,11 @@ from taps_core.report import describe
 from taps_core.topology import Topology, validate
 
 MAX_POINTS = 40
+BISECT_RATIO = 1.1  # a change is located once its interval's high/low bandwidth ratio is below
+MAX_BISECTIONS = 16  # searches spent locating changes, over the whole sweep
 
 
-@dataclass(frozen=True)
-class SweepPoint:
-    """Plans at one inter-node bandwidth (bytes/s per host, summed over its NICs).
-
-    ``comm_time_s`` / ``total_time_s`` map a plan label to seconds per step, or None when the
-    plan does not fit (``reasons`` says why). ``taps_strategies`` is TAPS's strategy label per
-    op, in graph order (empty when TAPS does not fit).
-    """
-
-    node_bandwidth_Bps: float
-    comm_time_s: dict[str, float | None]
-    total_time_s: dict[str, float | None]
-    reasons: dict[str, str]
-    taps_summary: str
-    taps_strategies: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Regime:
-    """Consecutive sweep points where TAPS keeps one plan; ``changed_ops`` counts the ops whose
-    strategy differs from the previous regime's plan (0 for the first)."""
-
-    first: int
-    last: int
-    low_Bps: float
-    high_Bps: float
-    summary: str
-    changed_ops: int
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """A whole sweep: points in increasing bandwidth, TAPS's regimes, and the switch points."""
-
-    labels: tuple[str, ...]
-    points: tuple[SweepPoint, ...]
-    regimes: tuple[Regime, ...]
-
-    @property
-    def changes(self) -> tuple[int, ...]:
-        """Indices of points where TAPS's plan differs from the point before."""
-        return tuple(r.first for r in self.regimes[1:])
+# ---- the network knob ------------------------------------------------------------------------
 
 
 def node_inter_bandwidth(topology: Topology) -> float:
@@ -117,22 +93,378 @@ def log_bandwidths(low_Bps: float, high_Bps: float, points: int) -> tuple[float,
     return tuple(float(x) for x in np.geomspace(low_Bps, high_Bps, points))
 
 
-def _plans_at(
-    graph: OpGraph,
-    topology: Topology,
-    labels: tuple[str, ...],
-    mode: str,
-    memory_limit_bytes: float | None,
-) -> dict[str, Plan | NotFitting]:
-    if labels == ("taps",):
+def coarse_to_fine(n: int) -> list[int]:
+    """Indices 0..n-1 with both ends first, then midpoints of ever smaller gaps.
+
+    Drawing points in this order shows the curve's overall shape after a few searches.
+
+    >>> coarse_to_fine(5)
+    [0, 4, 2, 1, 3]
+    """
+    if n <= 0:
+        return []
+    order = [0] if n == 1 else [0, n - 1]
+    gaps = [(0, n - 1)]
+    while gaps:
+        nxt = []
+        for a, b in gaps:
+            if b - a > 1:
+                m = (a + b) // 2
+                order.append(m)
+                nxt += [(a, m), (m, b)]
+        gaps = nxt
+    return order
+
+
+# ---- results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One plan at one bandwidth. Times are seconds per step (None: the plan does not fit).
+
+    ``searched`` is False when a neighbour's plan was re-costed here (see the module notes).
+    ``replicated_across`` is the share of compute that every host repeats (no split across
+    hosts); ``strategies`` is the strategy label per op, in graph order.
+    """
+
+    label: str
+    node_bandwidth_Bps: float
+    total_time_s: float | None
+    compute_time_s: float | None
+    comm_time_s: float | None
+    inter_node_bytes: float | None
+    strategies: tuple[str, ...]
+    summary: str
+    replicated_across: float = 0.0
+    reason: str = ""
+    searched: bool = True
+
+    @property
+    def fits(self) -> bool:
+        return self.total_time_s is not None
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """Every requested plan at one bandwidth (bytes/s per host, summed over its NICs)."""
+
+    node_bandwidth_Bps: float
+    plans: dict[str, Priced]
+
+    @property
+    def total_time_s(self) -> dict[str, float | None]:
+        return {lb: p.total_time_s for lb, p in self.plans.items()}
+
+    @property
+    def comm_time_s(self) -> dict[str, float | None]:
+        return {lb: p.comm_time_s for lb, p in self.plans.items()}
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        return {lb: p.reason for lb, p in self.plans.items() if not p.fits}
+
+
+@dataclass(frozen=True)
+class Change:
+    """TAPS's plan changes between ``low_Bps`` and ``high_Bps`` (located by bisection)."""
+
+    low_Bps: float
+    high_Bps: float
+    words: str
+    changed_ops: int
+    located: bool  # True once the interval is tight (ratio <= BISECT_RATIO) or out of budget
+
+
+@dataclass(frozen=True)
+class Regime:
+    """Consecutive grid points where TAPS keeps one plan."""
+
+    first: int
+    last: int
+    low_Bps: float
+    high_Bps: float
+    summary: str
+    replicated_across: float
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep so far: grid points (ascending; None where not computed yet), regimes, changes."""
+
+    labels: tuple[str, ...]
+    bandwidths_Bps: tuple[float, ...]
+    points: tuple[SweepPoint | None, ...]
+    changes: tuple[Change, ...] = ()
+    complete: bool = False
+
+    @property
+    def done(self) -> tuple[SweepPoint, ...]:
+        return tuple(p for p in self.points if p is not None)
+
+    @property
+    def regimes(self) -> tuple[Regime, ...]:
+        """Runs of computed grid points where TAPS keeps one plan."""
+        out: list[Regime] = []
+        for i, p in enumerate(self.points):
+            if p is None:
+                continue
+            taps = p.plans["taps"]
+            if out and self.points[out[-1].last].plans["taps"].strategies == taps.strategies:
+                out[-1] = replace(out[-1], last=i, high_Bps=p.node_bandwidth_Bps)
+            else:
+                out.append(
+                    Regime(
+                        i,
+                        i,
+                        p.node_bandwidth_Bps,
+                        p.node_bandwidth_Bps,
+                        taps.summary,
+                        taps.replicated_across,
+                    )
+                )
+        return tuple(out)
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+
+def _priced(label: str, bw: float, plan: Plan | NotFitting, searched: bool) -> Priced:
+    if isinstance(plan, NotFitting):
+        return Priced(label, bw, None, None, None, None, (), "does not fit", reason=plan.reason)
+    return Priced(
+        label,
+        bw,
+        plan.total_time_s,
+        plan.compute_time_s,
+        plan.comm_time_s,
+        plan.inter_node_bytes,
+        tuple(op.strategy.label() for op in plan.ops),
+        describe(plan),
+        replicated_share(plan),
+        searched=searched,
+    )
+
+
+class SweepRun:
+    """Incremental sweep of one workload on one cluster (thread-safe; reusable across grids).
+
+    Parameters
+    ----------
+    graph, topology
+        The model and the cluster (at least two hosts); only network links are rescaled.
+    mode, memory_limit_bytes
+        As for :func:`taps_core.planner.search`.
+    labels
+        Plans to cost, among :data:`taps_core.planner.BASELINES`; ``"taps"`` always included.
+    """
+
+    def __init__(
+        self,
+        graph: OpGraph,
+        topology: Topology,
+        *,
+        mode: str = "train",
+        memory_limit_bytes: float | None = None,
+        labels: Sequence[str] = BASELINES,
+    ) -> None:
+        unknown = [lb for lb in labels if lb not in BASELINES]
+        if unknown:
+            raise InvalidInputError("labels", unknown, f"a subset of {BASELINES}")
+        node_inter_bandwidth(topology)  # raises on a single host
+        self.graph, self.topology = graph, topology
+        self.mode, self.memory_limit_bytes = mode, memory_limit_bytes
+        self.labels = ("taps", *(lb for lb in BASELINES if lb in labels and lb != "taps"))
+        self._plans: dict[tuple[str, float], Plan | NotFitting] = {}  # searched
+        self._priced: dict[tuple[str, float], Priced] = {}
+        self._changes: dict[tuple[float, float], Change] = {}
+        self._reprice_ok: bool | None = None
+        self._lock = threading.RLock()
+        self.searches = 0
+
+    # -- planning at one bandwidth --
+
+    def _topology_at(self, bw: float) -> Topology:
+        return scale_inter_bandwidth(self.topology, bw)
+
+    def _search(self, label: str, bw: float) -> None:
+        """Search ``label`` at ``bw`` (baselines through :func:`compare`, which gives all four)."""
+        topo = self._topology_at(bw)
+        if label == "taps":
+            self.searches += 1
+            try:
+                found: dict[str, Plan | NotFitting] = {
+                    "taps": search(
+                        self.graph, topo, mode=self.mode, memory_limit_bytes=self.memory_limit_bytes
+                    )
+                }
+            except TapsError as err:
+                found = {"taps": NotFitting("taps", str(err))}
+        else:
+            self.searches += 4
+            found = dict(
+                compare(
+                    self.graph, topo, mode=self.mode, memory_limit_bytes=self.memory_limit_bytes
+                )
+            )
+        for lb, plan in found.items():
+            self._plans[(lb, bw)] = plan
+            self._priced[(lb, bw)] = _priced(lb, bw, plan, True)
+
+    def _reprice(self, plan: Plan, bw: float) -> Plan | None:
+        """``plan``'s strategies costed at ``bw``; None if the engine cannot re-cost faithfully."""
+        from taps_core.linkmodel import LinkModel
+        from taps_core.plan import evaluate
+
+        def cost(topo: Topology) -> Plan:
+            return evaluate(
+                self.graph,
+                LinkModel(topo),
+                self.mode,
+                plan.strategies,
+                label=plan.label,
+                cost_model=plan.cost_model,
+                search=plan.search,
+                memory_limit_bytes=plan.memory_limit_bytes,
+            )
+
         try:
-            return {
-                "taps": search(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes)
-            }
-        except TapsError as err:
-            return {"taps": NotFitting("taps", str(err))}
-    plans = compare(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes)
-    return {label: plans[label] for label in labels}
+            if self._reprice_ok is None:  # once: re-costing a plan where it was found must agree
+                same = cost(self._topology_at(self._bandwidth_of(plan)))
+                self._reprice_ok = math.isclose(
+                    same.total_time_s, plan.total_time_s, rel_tol=1e-9, abs_tol=1e-15
+                )
+            return cost(self._topology_at(bw)) if self._reprice_ok else None
+        except (TypeError, AttributeError, TapsError):  # an engine API this code does not know
+            self._reprice_ok = False
+            return None
+
+    def _bandwidth_of(self, plan: Plan) -> float:
+        return next(bw for (lb, bw), p in self._plans.items() if p is plan)
+
+    def at(self, label: str, bw: float) -> Priced:
+        """``label``'s plan at ``bw`` (searched, or a neighbour's re-costed; see module notes)."""
+        with self._lock:
+            key = (label, bw)
+            if key in self._priced:
+                return self._priced[key]
+            if label != "taps":
+                warm = self._warm(label, bw)
+                if warm is not None:
+                    self._priced[key] = warm
+                    return warm
+            self._search(label, bw)
+            self._best_taps(bw)
+            return self._priced[key]
+
+    def _warm(self, label: str, bw: float) -> Priced | None:
+        """A baseline re-costed from the searched plans around ``bw``, when both agree."""
+        searched = sorted(b for (lb, b) in self._plans if lb == label)
+        left = [b for b in searched if b < bw]
+        right = [b for b in searched if b > bw]
+        if not left or not right:
+            return None
+        a, b = self._plans[(label, left[-1])], self._plans[(label, right[0])]
+        if isinstance(a, NotFitting) and isinstance(b, NotFitting):
+            return replace(_priced(label, bw, a, False), searched=False)
+        if not (isinstance(a, Plan) and isinstance(b, Plan)) or a.strategies != b.strategies:
+            return None
+        plan = self._reprice(a, bw)
+        return None if plan is None else _priced(label, bw, plan, False)
+
+    def _best_taps(self, bw: float) -> None:
+        """When the memory limit binds TAPS is not proven optimal: a faster fitting baseline
+        plan lies in TAPS's space, so it is TAPS's plan (as :func:`compare` does)."""
+        taps = self._plans.get(("taps", bw))
+        if not isinstance(taps, Plan) or taps.search.status == "optimal":
+            return
+        best = self._priced[("taps", bw)]
+        for lb in BASELINES[1:]:
+            p = self._priced.get((lb, bw))
+            if p is not None and p.fits and p.total_time_s < best.total_time_s - 1e-12:
+                best = replace(p, label="taps", summary=f"{p.summary} (the {lb} plan)")
+        self._priced[("taps", bw)] = best
+
+    # -- whole grids --
+
+    def snapshot(self, bandwidths: Sequence[float], *, complete: bool = False) -> Sweep:
+        """What is known so far on the grid ``bandwidths`` (ascending)."""
+        with self._lock:
+            points = []
+            for bw in bandwidths:
+                plans = {lb: self._priced.get((lb, bw)) for lb in self.labels}
+                points.append(
+                    SweepPoint(bw, plans) if all(p is not None for p in plans.values()) else None
+                )
+            lo, hi = min(bandwidths, default=0.0), max(bandwidths, default=0.0)
+            changes = tuple(c for (a, b), c in sorted(self._changes.items()) if lo <= a and b <= hi)
+            return Sweep(self.labels, tuple(bandwidths), tuple(points), changes, complete)
+
+    def fill(self, bandwidths: Sequence[float], *, locate: bool = True) -> Iterator[Sweep]:
+        """Compute the grid coarse to fine, then locate TAPS's changes; yield after each step.
+
+        The last snapshot yielded has ``complete=True``.
+        """
+        grid = tuple(sorted({float(b) for b in bandwidths}))
+        if not grid:
+            raise InvalidInputError("bandwidths_Bps", list(bandwidths), "at least one bandwidth")
+        for bw in grid:
+            check_positive("bandwidths_Bps[]", bw)
+        for i in coarse_to_fine(len(grid)):
+            bw = grid[i]
+            if all((lb, bw) in self._priced for lb in self.labels):
+                continue
+            for lb in reversed(self.labels):  # baselines first: their compare also gives TAPS
+                self.at(lb, bw)
+            self._best_taps(bw)
+            yield self.snapshot(grid)
+        if locate:
+            yield from self._locate(grid)
+        yield self.snapshot(grid, complete=True)
+
+    def _taps_plan(self, bw: float) -> Plan | NotFitting:
+        self.at("taps", bw)
+        return self._plans[("taps", bw)]
+
+    def _locate(self, grid: tuple[float, ...]) -> Iterator[Sweep]:
+        """Bisect every interval of the grid where TAPS's plan differs, in log space."""
+        budget = MAX_BISECTIONS
+        pending = [
+            (a, b)
+            for a, b in itertools.pairwise(grid)
+            if self.at("taps", a).strategies != self.at("taps", b).strategies
+        ]
+        for a, b in pending:
+            if (a, b) not in self._changes:
+                self._record(a, b, located=False)
+        while pending:
+            a, b = pending.pop(0)
+            if b / a <= BISECT_RATIO or budget <= 0:
+                self._record(a, b, located=True)
+                continue
+            m = math.sqrt(a * b)
+            budget -= 1
+            sa, sm, sb = (self.at("taps", x).strategies for x in (a, m, b))
+            self._changes.pop((a, b), None)
+            subs = [(x, y) for x, y, u, v in ((a, m, sa, sm), (m, b, sm, sb)) if u != v]
+            for sub in subs:
+                self._record(*sub, located=False)
+            pending[:0] = subs
+            yield self.snapshot(grid)
+
+    def _record(self, a: float, b: float, *, located: bool) -> None:
+        below, above = self._taps_plan(a), self._taps_plan(b)
+        if isinstance(below, Plan) and isinstance(above, Plan):
+            above_at_a = self._reprice(above, a)
+            words = change_words(below, above, a, b, above_at_low=above_at_a)
+            changed = sum(x.strategy != y.strategy for x, y in zip(below.ops, above.ops))
+        else:
+            fits = "fits" if isinstance(below, Plan) else "does not fit"
+            words = f"below {a / 1e9:.3g} GB/s per host TAPS {fits}; above {b / 1e9:.3g} it " + (
+                "fits" if isinstance(above, Plan) else "does not fit"
+            )
+            changed = 0
+        self._changes[(a, b)] = Change(a, b, words, changed, located)
 
 
 def sweep_inter_bandwidth(
@@ -143,86 +475,18 @@ def sweep_inter_bandwidth(
     mode: str = "train",
     memory_limit_bytes: float | None = None,
     labels: Sequence[str] = BASELINES,
+    locate: bool = True,
 ) -> Sweep:
-    """Plan ``graph`` at every inter-node bandwidth (bytes/s per host) and find TAPS's regimes.
-
-    Parameters
-    ----------
-    graph, topology
-        The model and the cluster (at least two hosts); only network links are rescaled.
-    bandwidths_Bps : sequence of float
-        Per-host inter-node bandwidths; sorted ascending before use.
-    mode, memory_limit_bytes
-        As for :func:`taps_core.planner.search`.
-    labels : sequence of str
-        Plans to cost, among :data:`taps_core.planner.BASELINES`; ``"taps"`` is always included.
-
-    Returns
-    -------
-    Sweep
+    """The whole sweep at once (see :class:`SweepRun`).
 
     Raises
     ------
     InvalidInputError
         On a single-host topology, an unknown label or no bandwidths.
     """
-    unknown = [lb for lb in labels if lb not in BASELINES]
-    if unknown:
-        raise InvalidInputError("labels", unknown, f"a subset of {BASELINES}")
-    chosen = ("taps", *(lb for lb in BASELINES if lb in labels and lb != "taps"))
-    if not bandwidths_Bps:
-        raise InvalidInputError("bandwidths_Bps", list(bandwidths_Bps), "at least one bandwidth")
-    for bw in bandwidths_Bps:
-        check_positive("bandwidths_Bps[]", bw)
-    node_inter_bandwidth(topology)  # raises on a single host
-    points: list[SweepPoint] = []
-    for bw in sorted(float(b) for b in bandwidths_Bps):
-        plans = _plans_at(
-            graph, scale_inter_bandwidth(topology, bw), chosen, mode, memory_limit_bytes
-        )
-        taps = plans["taps"]
-        points.append(
-            SweepPoint(
-                node_bandwidth_Bps=bw,
-                comm_time_s={
-                    lb: p.comm_time_s if isinstance(p, Plan) else None for lb, p in plans.items()
-                },
-                total_time_s={
-                    lb: p.total_time_s if isinstance(p, Plan) else None for lb, p in plans.items()
-                },
-                reasons={lb: p.reason for lb, p in plans.items() if isinstance(p, NotFitting)},
-                taps_summary=describe(taps) if isinstance(taps, Plan) else "does not fit",
-                taps_strategies=tuple(op.strategy.label() for op in taps.ops)
-                if isinstance(taps, Plan)
-                else (),
-            )
-        )
-    return Sweep(chosen, tuple(points), _regimes(points))
-
-
-def _regimes(points: list[SweepPoint]) -> tuple[Regime, ...]:
-    """Group consecutive points with identical TAPS strategies."""
-    out: list[Regime] = []
-    start = 0
-    for i in range(1, len(points) + 1):
-        if i < len(points) and points[i].taps_strategies == points[start].taps_strategies:
-            continue
-        prev = points[out[-1].first].taps_strategies if out else None
-        cur = points[start].taps_strategies
-        changed = (
-            0
-            if prev is None
-            else (sum(a != b for a, b in zip(prev, cur)) + abs(len(prev) - len(cur)))
-        )
-        out.append(
-            Regime(
-                start,
-                i - 1,
-                points[start].node_bandwidth_Bps,
-                points[i - 1].node_bandwidth_Bps,
-                points[start].taps_summary,
-                changed,
-            )
-        )
-        start = i
-    return tuple(out)
+    run = SweepRun(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, labels=labels)
+    last = None
+    for last in run.fill(bandwidths_Bps, locate=locate):  # noqa: B007 - the final snapshot
+        pass
+    assert last is not None
+    return last
