@@ -1,21 +1,16 @@
-"""Bandwidth sweep: each plan's communication time as the inter-node network speeds up, and
-the bandwidths where TAPS changes its plan."""
+"""Bandwidth sweep: step time of TAPS and each baseline as the network between hosts speeds up,
+drawn as it is computed, with every change of TAPS's plan located and explained."""
 
 from __future__ import annotations
-
-import os
 
 import streamlit as st
 
 from dashboard import cache, state
-from dashboard.charts import plan_name, sweep_figure
-from dashboard.widgets import context_caption, need_model, need_topology, show_chart
+from dashboard.charts import CHANGE_MARKS, plan_name, sweep_figure
+from dashboard.widgets import context_caption, need_model, need_topology, show_chart, titled
 from taps_core.planner import BASELINES
 from taps_core.report import fmt_seconds
 from taps_core.sweep import log_bandwidths, node_inter_bandwidth
-
-# estimated sweeps longer than this many seconds wait for a click (env var: for tests, demos)
-AUTO_RUN_SECONDS = float(os.environ.get("TAPS_SWEEP_AUTORUN_S", "20"))
 
 
 def main() -> None:
@@ -33,84 +28,106 @@ def main() -> None:
         st.stop()
     current = node_inter_bandwidth(topo)
     c = st.columns([1, 1, 1, 3])
-    c[0].number_input("From (GB/s per host)", 0.01, 1e5, key="sweep_lo")
-    c[1].number_input("To (GB/s per host)", 0.01, 1e5, key="sweep_hi")
-    c[2].slider("Points", 2, 12, key="sweep_points")
+    c[0].number_input("From (GB/s per host)", *state.RANGES["sweep_lo"], key="sweep_lo")
+    c[1].number_input("To (GB/s per host)", *state.RANGES["sweep_hi"], key="sweep_hi")
+    c[2].slider("Points", *state.RANGES["sweep_points"], key="sweep_points")
     c[3].multiselect("Compare TAPS with", BASELINES[1:], key="sweep_curves", format_func=plan_name)
     lo, hi = sorted((float(ss["sweep_lo"]), float(ss["sweep_hi"])))
-    points = int(ss["sweep_points"])
     labels = tuple(lb for lb in BASELINES if lb in ss["sweep_curves"] or lb == "taps")
-    bandwidths = log_bandwidths(lo * 1e9, hi * 1e9, points)
+    grid = log_bandwidths(lo * 1e9, hi * 1e9, int(ss["sweep_points"]))
     st.caption(
         f"Every network link is rescaled so a host's NICs add up to the swept bandwidth "
-        f"(this cluster: {current / 1e9:.3g} GB/s per host); relative link speeds, NVLink "
-        "and PCIe stay as they are."
+        f"(this cluster: {current / 1e9:.3g} GB/s per host); NVLink and PCIe stay as they are. "
+        "TAPS is searched at every point; baselines are searched at the ends and re-costed in "
+        "between where their plan does not change."
     )
-
-    plan = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes)
-    per_search = plan.search.time_s if not isinstance(plan, cache.Failure) else 1.0
-    estimate = per_search * points * (1 if labels == ("taps",) else 4)
-    args = (ctx.workload, ctx.topo_json, ctx.mode, ctx.memory_limit_bytes, bandwidths, labels)
-    key = repr((ctx.workload[0], ctx.workload[2:], ctx.topo_url, ctx.mode, bandwidths, labels))
-    if estimate > AUTO_RUN_SECONDS and ss.get("sweep_go") != key:
-        st.info(
-            f"This sweep runs about {points * (1 if labels == ('taps',) else 4)} searches "
-            f"(~{estimate:.0f} s)."
-        )
-        if not st.button("Run the sweep", type="primary"):
-            st.stop()
-        ss["sweep_go"] = key
-    with st.spinner(f"Planning at {points} bandwidths…"):
-        sw = cache.sweep(*args)
-    if isinstance(sw, cache.Failure):
-        st.error(sw.message)
+    run = cache.sweep_run(ctx.workload, ctx.topo_json, ctx.mode, ctx.memory_limit_bytes, labels)
+    if isinstance(run, cache.Failure):
+        st.error(run.message)
         st.stop()
-    show_chart(sweep_figure(sw, current), "sweep")
+    chart, status = st.empty(), st.empty()
+    sw = None
+    for sw in run.fill(grid):  # draws while it plans; a rerun resumes from what was found
+        if sw.complete:
+            break
+        done = len(sw.done)
+        status.caption(
+            f"Planning… {done} of {len(grid)} bandwidths"
+            + (f", locating {len(sw.changes)} plan change(s)" if done == len(grid) else "")
+        )
+        chart.plotly_chart(titled(sweep_figure(sw, current), ctx), theme=None)
+    status.empty()
+    assert sw is not None
+    with chart.container():
+        show_chart(sweep_figure(sw, current), "sweep")
+    explain_changes(sw)
     for lb in sw.labels:
-        reasons = [p.reasons[lb] for p in sw.points if lb in p.reasons]
+        reasons = [p.reasons[lb] for p in sw.done if lb in p.reasons]
         if reasons:
             where = (
                 "at any bandwidth"
-                if len(reasons) == len(sw.points)
-                else f"at {len(reasons)} of {len(sw.points)} bandwidths"
+                if len(reasons) == len(sw.done)
+                else f"at {len(reasons)} of {len(sw.done)} bandwidths"
             )
             st.warning(f"**{plan_name(lb)}** does not fit {where}: {reasons[0]}")
+    regime_table(sw)
+
+
+def explain_changes(sw) -> None:
+    """The numbered plan changes in words, and hosts repeating work."""
+    st.subheader("Where TAPS changes its plan, and why")
+    if not sw.changes:
+        st.info(
+            "TAPS keeps one plan over the whole range: widen the range or add points to find "
+            "where it changes."
+        )
+    for i, c in enumerate(sw.changes):
+        mark = CHANGE_MARKS[i] if i < len(CHANGE_MARKS) else str(i + 1)
+        st.markdown(f"**{mark}** {c.words}")
+    repeat = [
+        p for p in sw.done if p.plans["taps"].fits and p.plans["taps"].replicated_across >= 0.5
+    ]
+    if repeat:
+        top = max(p.node_bandwidth_Bps for p in repeat) / 1e9
+        st.warning(
+            f"Up to {top:.3g} GB/s per host TAPS's plan has every host repeat at least half "
+            "of the work (hollow marks): the network is so slow that computing the same thing "
+            "on each host is cheaper than splitting it and exchanging data."
+        )
+
+
+def regime_table(sw) -> None:
     st.subheader("TAPS plan regimes")
     rows = []
     for r in sw.regimes:
-        times = [
-            t
-            for t in (sw.points[i].comm_time_s["taps"] for i in (r.first, r.last))
-            if t is not None
-        ]
+        a, b = sw.points[r.first], sw.points[r.last]
+        times = dict.fromkeys(
+            fmt_seconds(p.plans["taps"].total_time_s) for p in (a, b) if p.plans["taps"].fits
+        )
         rows.append(
             {
                 "GB/s per host": f"{r.low_Bps / 1e9:.3g}"
                 + (f" – {r.high_Bps / 1e9:.3g}" if r.last > r.first else ""),
                 "TAPS plan (strategies carrying most compute)": r.summary,
-                "ops changed vs previous regime": str(r.changed_ops) if r.first else "(first)",
-                "TAPS comm. time": " – ".join(dict.fromkeys(map(fmt_seconds, times))) or "n/a",
+                "hosts repeat": f"{100 * r.replicated_across:.0f}% of compute",
+                "TAPS step time": " – ".join(times) or "n/a",
             }
         )
-    st.table(rows, hide_index=True)
-    if len(sw.regimes) == 1:
-        st.caption("TAPS keeps one plan over the whole range: widen it or add points.")
+    st.dataframe(rows, hide_index=True, width="stretch")
     with st.expander("Every point"):
         table = []
-        for p in sw.points:
+        for p in sw.done:
             row = {"GB/s per host": p.node_bandwidth_Bps / 1e9}
-            for lb in sw.labels:
-                t = p.comm_time_s[lb]
-                row[f"{plan_name(lb)} comm (ms)"] = None if t is None else t * 1e3
-            row["TAPS plan"] = p.taps_summary
+            for lb, q in p.plans.items():
+                row[f"{plan_name(lb)} step (ms)"] = (
+                    None if q.total_time_s is None else q.total_time_s * 1e3
+                )
+                row[f"{plan_name(lb)} comm (ms)"] = (
+                    None if q.comm_time_s is None else q.comm_time_s * 1e3
+                )
+            row["TAPS plan"] = p.plans["taps"].summary
             table.append(row)
         st.dataframe(table, hide_index=True, width="stretch")
-        for p in sw.points:
-            for lb, reason in p.reasons.items():
-                st.caption(
-                    f"{p.node_bandwidth_Bps / 1e9:.3g} GB/s: {plan_name(lb)} does not "
-                    f"fit ({reason})"
-                )
 
 
 main()

@@ -21,6 +21,8 @@ from taps_core.plan import Plan
 from taps_core.planner import NotFitting, compare, search
 from taps_core.topology import Topology
 
+# what a loader may raise on hostile input besides TapsError: shown as one line, never a trace
+LOADER_ERRORS = (TapsError, ValueError, TypeError, KeyError, OverflowError, RecursionError)
 TTL = 6 * 60 * 60  # seconds; results depend only on their arguments, this just bounds memory
 
 
@@ -50,8 +52,8 @@ def graph(model: str, model_text: str | None, batch: int, seq: int, dtype: str) 
 def graph_or_failure(work: Workload) -> OpGraph | Failure:
     try:
         return graph(*work)
-    except TapsError as err:
-        return Failure(str(err))
+    except LOADER_ERRORS as err:
+        return Failure(_message(err))
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)
@@ -68,23 +70,55 @@ def link_model(topo_json: str) -> LinkModel:
     return LinkModel(topology(topo_json))
 
 
+@dataclass(frozen=True)
+class Resolved:
+    """A cluster as planned: JSON (None if invalid), base name, label, whether it was edited,
+    and one message per refused edit (or the error, when ``json`` is None)."""
+
+    json: str | None
+    name: str
+    label: str
+    edited: bool
+    messages: tuple[str, ...]
+
+
 @st.cache_resource(max_entries=64, show_spinner=False)
 def resolve_topology(
-    source: str, nodes: int, custom: str, json_text: str | None, edits: tuple[str, ...]
-) -> tuple[str | None, str, tuple[str, ...]]:
-    """(topology JSON or None, label, messages) of a source plus link edits."""
-    from dashboard.state import apply_edits, base_topology, parse_edits
+    source: str,
+    nodes: int,
+    custom: str,
+    json_text: str | None,
+    edits: tuple[str, ...],
+    net_GBps: float = 0.0,
+) -> Resolved:
+    """The cluster of a source plus link edits plus an inter-node bandwidth (0: as built)."""
+    from dashboard.state import GB, apply_edits, base_topology, parse_edits
+    from taps_core.sweep import scale_inter_bandwidth
     from taps_core.topology_io import dumps
 
     try:
         base = base_topology(source, nodes, custom, json_text)
-    except TapsError as err:
-        return None, "invalid topology", (str(err),)
+    except LOADER_ERRORS as err:
+        return Resolved(None, "invalid topology", "invalid topology", False, (_message(err),))
     topo, errors = apply_edits(base, parse_edits(";".join(edits)))
-    label = topo.name + (
-        f" with {len(edits) - len(errors)} link edit(s)" if len(edits) > len(errors) else ""
-    )
-    return dumps(topo), label, tuple(errors)
+    applied = len(edits) - len(errors)
+    parts = [f"{applied} edit(s)"] if applied else []
+    if net_GBps and topo.nodes > 1:
+        try:
+            topo = scale_inter_bandwidth(topo, net_GBps * GB)
+            parts.append(f"network {net_GBps:g} GB/s per host")
+        except TapsError as err:
+            errors.append(f"inter-node bandwidth skipped: {err}")
+    label = base.name + (f" ({', '.join(parts)})" if parts else "")
+    return Resolved(dumps(topo), base.name, label, bool(parts), tuple(errors))
+
+
+def _message(err: BaseException) -> str:
+    """One line for an error from a loader (a TapsError is already one line)."""
+    if isinstance(err, TapsError):
+        return str(err)
+    first = (str(err).splitlines() or [""])[0][:200]
+    return f"input could not be read ({type(err).__name__}: {first})"
 
 
 @st.cache_data(ttl=TTL, max_entries=64, show_spinner=False)
@@ -138,29 +172,46 @@ def link_breakdown(
     return link_traffic_by_op_kind(p, topo, links), gpu_traffic_matrix(p, topo, links)
 
 
-@st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
-def sweep(
+@st.cache_resource(max_entries=8, show_spinner=False)
+def sweep_run(
     work: Workload,
     topo_json: str,
     mode: str,
     memory_limit_bytes: float | None,
-    bandwidths_Bps: tuple[float, ...],
     labels: tuple[str, ...],
 ) -> Any:
-    """:func:`taps_core.sweep.sweep_inter_bandwidth` (a ``Sweep``) or a Failure."""
-    from taps_core.sweep import sweep_inter_bandwidth
+    """A :class:`taps_core.sweep.SweepRun` shared by every session with these settings: the
+    plans it has found survive reruns, page switches and interrupted sweeps. Or a Failure."""
+    from taps_core.sweep import SweepRun
 
     g = graph_or_failure(work)
     if isinstance(g, Failure):
         return g
     try:
-        return sweep_inter_bandwidth(
+        return SweepRun(
             g,
             topology(topo_json),
-            bandwidths_Bps,
             mode=mode,
             memory_limit_bytes=memory_limit_bytes,
             labels=labels,
+        )
+    except TapsError as err:
+        return Failure(str(err))
+
+
+@st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
+def why(
+    work: Workload, topo_json: str, mode: str, cost_model: str, memory_limit_bytes: float | None
+) -> Any:
+    """:func:`taps_core.explain.decisions` of the plan :func:`plan` returns (list), or Failure."""
+    from taps_core.explain import decisions
+
+    p = plan(work, topo_json, mode, cost_model, memory_limit_bytes)
+    if isinstance(p, Failure):
+        return p
+    try:
+        return decisions(
+            p, graph(*work), topology(topo_json), mode=mode, memory_limit_bytes=memory_limit_bytes
         )
     except TapsError as err:
         return Failure(str(err))

@@ -109,9 +109,10 @@ def style(
 
 
 def chart_config(fmt: str, name: str) -> dict:
-    """Plotly config: the camera button saves ``fmt`` (png at 2x, or svg) as ``taps-<name>``."""
-    name = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:60] or "chart"
-    opts = {"format": fmt, "filename": f"taps-{name}"}
+    """Plotly config: the camera button saves ``fmt`` (png at 2x, or svg) as ``<name>.<fmt>``
+    (``name`` like ``gpt2_dgx-a100-2_train_links``; unsafe characters become ``-``)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")[:120] or "chart"
+    opts = {"format": fmt, "filename": name}
     if fmt == "png":
         opts["scale"] = 2
     return {"toImageButtonOptions": opts, "displaylogo": False}
@@ -340,61 +341,157 @@ def gpu_heatmap_figure(gpus: tuple[str, ...], matrix: np.ndarray) -> go.Figure:
 # ---- sweep page -----------------------------------------------------------------------------
 
 
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 tick values covering [lo, hi] (log axes label only these: no '7 8 9 1 2' runs)."""
+    if not (lo > 0 and hi > 0):
+        return []
+    out = []
+    for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1):
+        for m in (1, 2, 5):
+            v = m * 10.0**e
+            if lo / 1.5 <= v <= hi * 1.5:
+                out.append(float(f"{v:.6g}"))
+    return out
+
+
+CHANGE_MARKS = "①②③④⑤⑥⑦⑧⑨⑩"
+
+
 def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
-    """Communication time per plan against inter-node bandwidth, with TAPS's switch points."""
-    x = [p.node_bandwidth_Bps / 1e9 for p in sw.points]
-    fig = go.Figure()
+    """Step time per plan against inter-node bandwidth (top), its communication and compute
+    parts (bottom), TAPS's plan changes as shaded bands, hosts repeating work as hollow marks.
+
+    Points not computed yet are gaps bridged by the line, so a sweep in progress shows its
+    shape.
+    """
+    fig = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        row_heights=[0.6, 0.4],
+        vertical_spacing=0.1,
+        subplot_titles=(
+            "Step time per plan (compute + communication, no overlap)",
+            "Its parts: communication (solid) and compute (dotted)",
+        ),
+    )
+    x = list(np.array(sw.bandwidths_Bps) / 1e9)
+    ys: list[float] = []
     for label in sw.labels:
-        y = [
-            None if p.comm_time_s[label] is None else p.comm_time_s[label] * 1e3 for p in sw.points
-        ]
+        priced = [None if p is None else p.plans[label] for p in sw.points]
+        if not any(q is not None and q.fits for q in priced):
+            continue  # never fits: no legend entry (the page says why)
+
+        def ms(attr: str, priced: list = priced) -> list[float | None]:
+            return [
+                getattr(q, attr) * 1e3 if q is not None and q.fits else None for q in priced
+            ]
+
+        total, comm, comp = ms("total_time_s"), ms("comm_time_s"), ms("compute_time_s")
+        ys += [v for v in (*total, *comm, *comp) if v]
+        color = PLAN_COLORS.get(label, "#333")
+        name = plan_name(label)
+        rep = [q.replicated_across if q is not None and q.fits else 0.0 for q in priced]
         fig.add_scatter(
             x=x,
-            y=y,
-            name=plan_name(label),
+            y=total,
+            name=name,
+            legendgroup=label,
             mode="lines+markers",
-            line=dict(color=PLAN_COLORS.get(label), width=3 if label == "taps" else 2),
-            marker=dict(size=8),
-            hovertemplate="%{x:.3g} GB/s per host<br>%{y:.3g} ms<extra>"
-            + plan_name(label)
-            + "</extra>",
+            connectgaps=True,
+            line=dict(color=color, width=3.5 if label == "taps" else 2),
+            marker=dict(
+                size=10 if label == "taps" else 7,
+                color=["white" if r >= 0.5 else color for r in rep],
+                line=dict(color=color, width=2),
+                symbol="circle" if label == "taps" else "square",
+            ),
+            customdata=np.array(
+                [[c or 0.0, m or 0.0, 100 * r] for c, m, r in zip(comm, comp, rep)]
+            ),
+            hovertemplate="%{x:.3g} GB/s per host<br>step %{y:.3g} ms = communication "
+            "%{customdata[0]:.3g} ms + compute %{customdata[1]:.3g} ms<br>hosts repeat "
+            "%{customdata[2]:.0f}% of the compute<extra>" + name + "</extra>",
+            row=1,
+            col=1,
         )
-    changes = sw.changes
-    if changes:
-        cx = [x[i] for i in changes]
-        cy = [
-            sw.points[i].comm_time_s["taps"] * 1e3
-            if sw.points[i].comm_time_s["taps"] is not None
-            else None
-            for i in changes
-        ]
-        fig.add_scatter(
-            x=cx,
-            y=cy,
-            mode="markers",
-            name="TAPS plan changes",
-            marker=dict(symbol="star", size=18, color="#111827", line=dict(color="white", width=1)),
-            hovertemplate="TAPS switches plan at %{x:.3g} GB/s<extra></extra>",
+        for part, dash in ((comm, "solid"), (comp, "dot")):
+            fig.add_scatter(
+                x=x,
+                y=part,
+                name=name,
+                legendgroup=label,
+                showlegend=False,
+                mode="lines",
+                connectgaps=True,
+                line=dict(color=color, width=2.5 if label == "taps" else 1.5, dash=dash),
+                hovertemplate="%{x:.3g} GB/s: %{y:.3g} ms<extra>"
+                + name
+                + (" communication" if dash == "solid" else " compute")
+                + "</extra>",
+                row=2,
+                col=1,
+            )
+    fig.add_scatter(  # legend key for hollow marks
+        x=[None],
+        y=[None],
+        mode="markers",
+        name="hollow: hosts repeat ≥50% of the work",
+        marker=dict(size=10, color="white", line=dict(color="#374151", width=2)),
+        row=1,
+        col=1,
+    )
+    for i, c in enumerate(sw.changes):
+        mark = CHANGE_MARKS[i] if i < len(CHANGE_MARKS) else str(i + 1)
+        lo, hi = c.low_Bps / 1e9, c.high_Bps / 1e9
+        for row in (1, 2):
+            fig.add_vrect(
+                x0=lo,
+                x1=hi,
+                fillcolor="#6b7280",
+                opacity=0.25 if c.located else 0.1,
+                line_width=0,
+                row=row,
+                col=1,
+            )
+        fig.add_annotation(
+            x=math.log10(math.sqrt(lo * hi)),
+            y=1.0,
+            xref="x",
+            yref="paper",
+            yanchor="bottom",
+            text=f"<b>{mark}</b>",
+            showarrow=False,
+            font=dict(size=15, color="#111827"),
         )
-    if current_Bps:  # on a log axis shapes take data values, annotations log10 positions
+    if current_Bps:  # dotted line; its label at the bottom, away from legend and marks
         fig.add_vline(x=current_Bps / 1e9, line=dict(color="#6b7280", dash="dot", width=2))
         fig.add_annotation(
             x=math.log10(current_Bps / 1e9),
-            y=1,
+            xref="x",
+            y=0.0,
             yref="paper",
             yanchor="bottom",
-            text=f"this cluster: {current_Bps / 1e9:.3g} GB/s",
+            xanchor="left",
+            text=f" this cluster: {current_Bps / 1e9:.3g} GB/s",
             showarrow=False,
             font=dict(size=12, color="#374151"),
         )
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+    ticks = log_ticks(min(x), max(x))
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
+    fig.update_xaxes(title_text="inter-node bandwidth per host (GB/s, log scale)", row=2, col=1)
+    if ys:
+        yt = log_ticks(min(ys), max(ys))
+        fig.update_yaxes(type="log", tickvals=yt, ticktext=[f"{t:g}" for t in yt])
+    fig.update_yaxes(title_text="ms per step (log)", row=1, col=1)
+    fig.update_yaxes(title_text="ms per step (log)", row=2, col=1)
+    fig.update_annotations(font_size=13, selector=dict(xref="x domain"))
     return style(
         fig,
-        "Communication time per step vs inter-node bandwidth",
-        x="inter-node bandwidth per host (GB/s, log scale)",
-        y="communication time per step (ms, log scale)",
-        height=440,
+        "Step time vs inter-node bandwidth",
+        height=640,
+        legend_below=True,
+        legend_title="plan",
     )
 
 

@@ -11,7 +11,7 @@ edits ``src~dst:bw=5:lat=2.5`` or ``src~dst:cut`` joined by ``;`` (GB/s and micr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import streamlit as st
@@ -19,7 +19,15 @@ import streamlit as st
 from taps_core.errors import InvalidInputError, TapsError, check_positive
 from taps_core.models import load_model_config, sample_names
 from taps_core.presets import PRESETS, preset
-from taps_core.topology import A100_40GB_PCIE, A100_80GB, H100_80GB, Topology, build_cluster
+from taps_core.topology import (
+    A100_40GB_PCIE,
+    A100_80GB,
+    H100_80GB,
+    Link,
+    Topology,
+    build_cluster,
+    validate,
+)
 
 GB = 1e9
 GiB = 2**30
@@ -32,6 +40,32 @@ CUSTOM = "custom"
 TOPOLOGY_SOURCES = (*PRESETS, CUSTOM)
 IMAGE_FORMATS = ("png", "svg")
 MAX_NODES_UI = 64
+MAX_EDITS = 200  # link edits in one URL / session
+# the build form's widget ranges: a URL may not ask for more than the form can
+BUILD_RANGES: dict[str, tuple[float, float]] = {
+    "nodes": (1, MAX_NODES_UI),
+    "gpus": (1, 16),
+    "intra_GBps": (0.1, 5000.0),
+    "intra_lat_us": (0.0, 1000.0),
+    "nvlink_pairs_GBps": (0.0, 5000.0),
+    "nics": (1, 16),
+    "nic_GBps": (0.01, 5000.0),
+    "net_lat_us": (0.0, 1000.0),
+}
+# other widgets' ranges, shared by the widget and the URL parser (values outside are clamped)
+RANGES: dict[str, tuple[float, float]] = {
+    "batch": (1, 1 << 20),
+    "seq": (1, 1 << 22),
+    "mem_gib": (0.0, 1e6),
+    "links_top": (4, 200),
+    "sweep_lo": (0.01, 1e5),
+    "sweep_hi": (0.01, 1e5),
+    "sweep_points": (2, 12),
+    "explain_gb": (0.01, 16.0),
+    "net_GBps": (0.1, 10_000.0),
+    "edit_GBps": (0.001, 10_000.0),
+}
+NET_STEPS = (0.5, 1, 2, 5, 10, 12.5, 25, 50, 100, 200, 400, 800, 1600)  # GB/s per host
 GPUS = {"a100-80": A100_80GB, "a100-40-pcie": A100_40GB_PCIE, "h100-80": H100_80GB}
 
 
@@ -61,7 +95,10 @@ class BuildSpec:
 
     @classmethod
     def parse(cls, text: str) -> BuildSpec:
-        """Inverse of :meth:`text`; unknown or malformed fields raise InvalidInputError."""
+        """Inverse of :meth:`text`; unknown, malformed or out-of-range fields (the build form's
+        own ranges) raise InvalidInputError naming the field, before anything is built."""
+        if len(text) > 400:
+            raise InvalidInputError("topology spec", text, "at most 400 characters")
         body = text.removeprefix("build:")
         known = {f.name: f.type for f in fields(cls)}
         values: dict[str, Any] = {}
@@ -77,9 +114,42 @@ class BuildSpec:
         spec = cls(**values)
         if spec.gpu not in GPUS:
             raise InvalidInputError("topology spec gpu", spec.gpu, f"one of {sorted(GPUS)}")
-        if not 1 <= spec.nodes <= MAX_NODES_UI:
-            raise InvalidInputError("topology spec nodes", spec.nodes, f"1..{MAX_NODES_UI}")
+        if spec.intra not in ("nvswitch", "pcie"):
+            raise InvalidInputError("topology spec intra", spec.intra, "nvswitch or pcie")
+        for key, (lo, hi) in BUILD_RANGES.items():
+            v = getattr(spec, key)
+            if not lo <= v <= hi:  # also refuses NaN
+                raise InvalidInputError(f"topology spec {key}", v, f"between {lo:g} and {hi:g}")
         return spec
+
+    @classmethod
+    def from_topology(cls, topo: Topology) -> BuildSpec:
+        """The build form's settings closest to ``topo`` (the builder starts from it)."""
+        first = {d.name for d in topo.devices if d.host == 0}
+        kinds = {d.name: d.kind for d in topo.devices}
+        nvswitch = any(d.kind == "nvswitch" for d in topo.devices)
+        gpu_links = [k for k in topo.links if k.src in first and kinds[k.src] == "gpu"]
+        intra = [k for k in gpu_links if k.kind == ("nvlink" if nvswitch else "pcie")]
+        pairs = [k for k in gpu_links if k.kind == "nvlink" and kinds[k.dst] == "gpu"]
+        net = [k for k in topo.links if k.kind == "network" and (k.src in first or k.dst in first)]
+        gpu = next((key for key, g in GPUS.items() if g.name == topo.gpu.name), "a100-80")
+
+        def mean(values: list[float], default: float) -> float:
+            return round(sum(values) / len(values), 6) if values else default
+
+        base = cls()
+        return cls(
+            nodes=min(max(topo.nodes, 1), MAX_NODES_UI),
+            gpus=min(max(topo.gpus_per_node, 1), 16),
+            intra="nvswitch" if nvswitch else "pcie",
+            intra_GBps=mean([k.bandwidth_Bps / GB for k in intra], base.intra_GBps),
+            intra_lat_us=mean([k.latency_s * 1e6 for k in intra], base.intra_lat_us),
+            nvlink_pairs_GBps=0.0 if nvswitch else mean([k.bandwidth_Bps / GB for k in pairs], 0.0),
+            nics=min(max(sum(kinds[n] == "nic" for n in first), 1), 16),
+            nic_GBps=mean([k.bandwidth_Bps / GB for k in net], base.nic_GBps),
+            net_lat_us=mean([k.latency_s * 1e6 for k in net], base.net_lat_us),
+            gpu=gpu,
+        )
 
     def build(self) -> Topology:
         """The validated topology (errors name the build_cluster argument)."""
@@ -107,19 +177,24 @@ class BuildSpec:
 
 @dataclass(frozen=True)
 class LinkEdit:
-    """One edited link: new bandwidth (GB/s) and/or latency (µs), or cut."""
+    """One edited link: new bandwidth (GB/s) and/or latency (µs), or cut; or a new link
+    (``add``, of ``kind``). ``src == "+host"`` adds a copy of the last host instead."""
 
     src: str
     dst: str
     bandwidth_GBps: float | None = None
     latency_us: float | None = None
     cut: bool = False
+    add: bool = False
+    kind: str = "network"
 
     def text(self) -> str:
+        if self.src == ADD_HOST:
+            return ADD_HOST
         head = f"{self.src}~{self.dst}"
         if self.cut:
             return head + ":cut"
-        parts = [head]
+        parts = [head, f"add:kind={self.kind}"] if self.add else [head]
         if self.bandwidth_GBps is not None:
             parts.append(f"bw={self.bandwidth_GBps:g}")
         if self.latency_us is not None:
@@ -127,10 +202,24 @@ class LinkEdit:
         return ":".join(parts)
 
 
+ADD_HOST = "+host"
+LINK_KINDS = ("nvlink", "pcie", "network")
+
+
 def parse_edits(text: str) -> tuple[LinkEdit, ...]:
-    """``a~b:bw=5:lat=2;c~d:cut`` -> edits (InvalidInputError names the bad entry)."""
+    """``a~b:bw=5:lat=2;c~d:cut;a~c:add:kind=pcie:bw=32;+host`` -> edits.
+
+    InvalidInputError names the bad entry; bandwidths and latencies must be finite and in the
+    editor's ranges.
+    """
     out = []
-    for item in filter(None, (s.strip() for s in text.split(";"))):
+    items = [s for s in (s.strip() for s in text.split(";")) if s]
+    if len(items) > MAX_EDITS:
+        raise InvalidInputError("edits", f"{len(items)} edits", f"at most {MAX_EDITS}")
+    for item in items:
+        if item == ADD_HOST:
+            out.append(LinkEdit(ADD_HOST, ""))
+            continue
         head, *opts = item.split(":")
         src, sep, dst = head.partition("~")
         if not sep or not src or not dst:
@@ -138,13 +227,18 @@ def parse_edits(text: str) -> tuple[LinkEdit, ...]:
         kw: dict[str, Any] = {}
         for opt in opts:
             key, _, raw = opt.partition("=")
-            if key == "cut" and not raw:
-                kw["cut"] = True
+            if key in ("cut", "add") and not raw:
+                kw[key] = True
+            elif key == "kind" and raw in LINK_KINDS:
+                kw["kind"] = raw
             elif key in ("bw", "lat"):
                 try:
                     value = float(raw)
                 except ValueError:
                     raise InvalidInputError(f"edits {head} {key}", raw, "a number") from None
+                lo, hi = RANGES["edit_GBps"] if key == "bw" else (0.0, 1e6)
+                if not lo <= value <= hi:
+                    raise InvalidInputError(f"edits {head} {key}", raw, f"in [{lo:g}, {hi:g}]")
                 kw["bandwidth_GBps" if key == "bw" else "latency_us"] = value
             else:
                 raise InvalidInputError(f"edits {head}", opt, "bw=..., lat=... or cut")
@@ -161,7 +255,11 @@ def apply_edits(topology: Topology, edits: tuple[LinkEdit, ...]) -> tuple[Topolo
     errors = []
     for e in edits:
         try:
-            if e.cut:
+            if e.src == ADD_HOST:
+                topology = add_host(topology)
+            elif e.add:
+                topology = add_link(topology, e)
+            elif e.cut:
                 topology = topology.without_link(e.src, e.dst)
             else:
                 bw = None if e.bandwidth_GBps is None else e.bandwidth_GBps * GB
@@ -174,6 +272,56 @@ def apply_edits(topology: Topology, edits: tuple[LinkEdit, ...]) -> tuple[Topolo
         except TapsError as err:
             errors.append(f"edit {e.text()} skipped: {err}")
     return topology, errors
+
+
+def add_host(topology: Topology) -> Topology:
+    """A copy of the last host (its devices, inner links and links to shared gear) appended."""
+    last = max(d.host for d in topology.devices if d.host is not None)
+    new = last + 1
+    if topology.nodes >= MAX_NODES_UI:
+        raise InvalidInputError("hosts", topology.nodes + 1, f"at most {MAX_NODES_UI}")
+    old_prefix, new_prefix = f"n{last}.", f"n{new}."
+
+    def rename(name: str) -> str:
+        if name.startswith(old_prefix):
+            return new_prefix + name[len(old_prefix) :]
+        return f"{name}.h{new}"
+
+    mine = {d.name for d in topology.devices if d.host == last}
+    devices = [
+        replace(d, name=rename(d.name), host=new) for d in topology.devices if d.host == last
+    ]
+    links = [
+        replace(
+            k,
+            src=rename(k.src) if k.src in mine else k.src,
+            dst=rename(k.dst) if k.dst in mine else k.dst,
+        )
+        for k in topology.links
+        if k.src in mine or k.dst in mine
+    ]
+    return validate(
+        replace(
+            topology,
+            devices=(*topology.devices, *devices),
+            links=(*topology.links, *links),
+        )
+    )
+
+
+def add_link(topology: Topology, e: LinkEdit) -> Topology:
+    """``topology`` plus a new link ``e.src`` - ``e.dst`` (bandwidth required)."""
+    names = {d.name for d in topology.devices}
+    for end in (e.src, e.dst):
+        if end not in names:
+            raise InvalidInputError("new link end", end, "a device of the cluster")
+    if e.bandwidth_GBps is None:
+        raise InvalidInputError(f"new link {e.src}-{e.dst} bandwidth", None, "given (bw=GB/s)")
+    if any({k.src, k.dst} == {e.src, e.dst} for k in topology.links):
+        raise InvalidInputError(f"new link {e.src}-{e.dst}", "exists", "a pair not yet linked")
+    lat = (e.latency_us if e.latency_us is not None else 2.0) * 1e-6
+    link = Link(e.src, e.dst, e.kind, e.bandwidth_GBps * GB, lat)
+    return validate(replace(topology, links=(*topology.links, link)))
 
 
 def base_topology(source: str, nodes: int, custom: str, json_text: str | None) -> Topology:
@@ -192,27 +340,29 @@ def base_topology(source: str, nodes: int, custom: str, json_text: str | None) -
 # ---- session keys and the URL -----------------------------------------------------------------
 
 
-def _int(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
+class ClampedError(InvalidInputError):
+    """A URL number outside its widget's range, brought to the nearest end of it."""
+
+    def __init__(self, value: float, raw: str, lo: float, hi: float) -> None:
+        self.clamped = value
+        super().__init__("value", raw, f"between {lo:g} and {hi:g}; using {value:g}")
+
+
+def _number(key: str, kind: type) -> Callable[[str], Any]:
+    """Parser of a URL number for the widget ``key``: refuses non-numbers, clamps to range."""
+    lo, hi = RANGES[key]
+
+    def parse(raw: str) -> Any:
         try:
-            v = int(raw)
-        except ValueError:
-            raise InvalidInputError("value", raw, "an integer") from None
+            v = kind(float(raw)) if kind is int and "e" in raw.lower() else kind(raw)
+        except (ValueError, OverflowError):
+            raise InvalidInputError(
+                "value", raw, f"{'an integer' if kind is int else 'a number'}"
+            ) from None
+        if v != v or v in (float("inf"), float("-inf")):
+            raise InvalidInputError("value", raw, "a finite number")
         if not lo <= v <= hi:
-            raise InvalidInputError("value", v, f"between {lo} and {hi}")
-        return v
-
-    return parse
-
-
-def _float(lo: float, hi: float) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
-        try:
-            v = float(raw)
-        except ValueError:
-            raise InvalidInputError("value", raw, "a number") from None
-        if not lo <= v <= hi:
-            raise InvalidInputError("value", v, f"between {lo:g} and {hi:g}")
+            raise ClampedError(kind(min(max(v, lo), hi)), raw, lo, hi)
         return v
 
     return parse
@@ -240,30 +390,36 @@ def _curves(raw: str) -> list[str]:
     bad = [c for c in items if c not in BASELINES]
     if bad:
         raise InvalidInputError("value", bad, f"labels among {list(BASELINES)}")
-    return items
+    return list(dict.fromkeys(items))
+
+
+def _fmt_float(v: float) -> str:
+    return f"{v:g}"
 
 
 # URL name -> (session key, parser, formatter); shared settings first, then per-page ones
 PARAMS: dict[str, tuple[str, Callable[[str], Any], Callable[[Any], str]]] = {
-    "batch": ("batch", _int(1, 1 << 20), str),
-    "seq": ("seq", _int(1, 1 << 22), str),
+    "batch": ("batch", _number("batch", int), str),
+    "seq": ("seq", _number("seq", int), str),
     "dtype": ("dtype", _choice(DTYPES), str),
     "mode": ("mode", _choice(MODES), str),
     "cost": ("cost", _choice(COST_MODELS), str),
-    "mem": ("mem_gib", _float(0, 1e6), lambda v: f"{v:g}"),
+    "mem": ("mem_gib", _number("mem_gib", float), _fmt_float),
+    "net": ("net_GBps", _number("net_GBps", float), _fmt_float),
     "fmt": ("img_format", _choice(IMAGE_FORMATS), str),
     "expand": ("plan_expand", _flag, lambda v: "1" if v else "0"),
     "baseline": ("cmp_baseline", _choice(("volume", "megatron", "data_parallel")), str),
     "cmp_expand": ("cmp_expand", _flag, lambda v: "1" if v else "0"),
-    "top": ("links_top", _int(4, 400), str),
-    "bw_lo": ("sweep_lo", _float(0.01, 1e5), lambda v: f"{v:g}"),
-    "bw_hi": ("sweep_hi", _float(0.01, 1e5), lambda v: f"{v:g}"),
-    "points": ("sweep_points", _int(2, 12), str),
+    "top": ("links_top", _number("links_top", int), str),
+    "bw_lo": ("sweep_lo", _number("sweep_lo", float), _fmt_float),
+    "bw_hi": ("sweep_hi", _number("sweep_hi", float), _fmt_float),
+    "points": ("sweep_points", _number("sweep_points", int), str),
     "curves": ("sweep_curves", _curves, ",".join),
-    "size": ("explain_gb", _float(0.001, 1000), lambda v: f"{v:g}"),
+    "size": ("explain_gb", _number("explain_gb", float), _fmt_float),
     "overlay": ("topo_overlay", _flag, lambda v: "1" if v else "0"),
 }
 SHARED_PARAMS = ("model", "batch", "seq", "dtype", "mode", "cost", "mem", "topo", "edits", "fmt")
+MAX_URL_VALUE = 4000  # characters; longer values are refused unread
 
 DEFAULTS: dict[str, Any] = {
     "model": "gpt2",
@@ -276,6 +432,8 @@ DEFAULTS: dict[str, Any] = {
     "topo_json": None,
     "edits": (),
     "edits_base": "",
+    "net_GBps": 0.0,  # 0: the cluster's own inter-node bandwidth
+    "net_base": "",
     "img_format": "png",
     "model_upload": None,
     "plan_expand": False,
@@ -284,7 +442,7 @@ DEFAULTS: dict[str, Any] = {
     "links_top": 24,
     "sweep_lo": 1.0,
     "sweep_hi": 400.0,
-    "sweep_points": 5,
+    "sweep_points": 8,
     "sweep_curves": ["volume", "megatron", "data_parallel"],
     "explain_gb": 1.0,
     "topo_overlay": True,
@@ -320,7 +478,12 @@ def topology_url(ss: Any) -> str:
 def _apply_topology_param(ss: Any, raw: str) -> None:
     name, _, count = raw.partition(":")
     if name in PRESETS:
-        nodes = _int(1, MAX_NODES_UI)(count or "1")
+        try:
+            nodes = int(count or "1")
+        except ValueError:
+            raise InvalidInputError("value", raw, "'name:NODES' with NODES an integer") from None
+        if not 1 <= nodes <= MAX_NODES_UI:
+            raise InvalidInputError("nodes", nodes, f"between 1 and {MAX_NODES_UI}")
         ss["topo"], ss["nodes"] = name, nodes
     elif raw.startswith("build:"):
         ss["topo"], ss["topo_custom"] = CUSTOM, BuildSpec.parse(raw).text()
@@ -338,7 +501,8 @@ def _apply_topology_param(ss: Any, raw: str) -> None:
 def init_session() -> list[str]:
     """Seed session keys: defaults, then the URL (first run of a session only).
 
-    Returns one warning per URL parameter that was ignored.
+    Returns one warning per URL parameter that was ignored or clamped into its widget's range.
+    Nothing from the URL is used before it is checked, and nothing in it raises.
     """
     ss = st.session_state
     warnings: list[str] = []
@@ -349,16 +513,22 @@ def init_session() -> list[str]:
         return warnings
     for key, value in DEFAULTS.items():
         ss.setdefault(key, list(value) if isinstance(value, list) else value)
-    qp = st.query_params
+    qp = {k: v for k, v in st.query_params.items() if len(v) <= MAX_URL_VALUE}
+    for k in set(st.query_params) - set(qp):
+        warnings.append(f"{k} ignored: longer than {MAX_URL_VALUE} characters")
     model = qp.get("model")
-    if model is not None:
+    workload_params = ("batch", "seq", "dtype")
+    if model == "upload":  # the workload fields belonged to a config.json that did not travel
+        warnings.append(
+            "this link was made with an uploaded config.json, which cannot travel in a URL: "
+            "upload it again in the sidebar (showing the default model meanwhile)"
+        )
+        qp = {k: v for k, v in qp.items() if k not in workload_params}
+    elif model is not None:
         if model in sample_names():
             ss["model"] = model
         else:
-            warnings.append(
-                f"model={model!r} ignored: must be one of {sample_names()} "
-                "(an uploaded config cannot travel in a URL)"
-            )
+            warnings.append(f"model={model!r} ignored: must be one of {sample_names()}")
     ss.update(model_defaults(ss["model"]))
     if "topo" in qp:
         try:
@@ -375,8 +545,13 @@ def init_session() -> list[str]:
         if name in qp:
             try:
                 ss[key] = parse(qp[name])
+            except ClampedError as err:
+                ss[key] = err.clamped
+                warnings.append(f"{name}={qp[name]!r} clamped: {err}")
             except TapsError as err:
                 warnings.append(f"{name}={qp[name]!r} ignored: {err}")
+    if ss["net_GBps"]:
+        ss["net_base"] = topology_url(ss)
     ss["_initialised"] = True
     return warnings
 
@@ -387,6 +562,8 @@ def set_url(*page_params: str) -> None:
     want = {"model": "upload" if ss["model"] == UPLOADED else ss["model"], "topo": topology_url(ss)}
     if active_edits(ss):
         want["edits"] = edits_text(ss["edits"])
+    if active_net(ss):
+        want["net"] = _fmt_float(active_net(ss))
     for name in (*SHARED_PARAMS, *page_params):
         if name in PARAMS:
             key, _, fmt = PARAMS[name]
@@ -399,6 +576,11 @@ def set_url(*page_params: str) -> None:
 def active_edits(ss: Any) -> tuple[LinkEdit, ...]:
     """Link edits of the current base topology (edits made on another base are dropped)."""
     return tuple(ss["edits"]) if ss.get("edits_base") == topology_url(ss) else ()
+
+
+def active_net(ss: Any) -> float:
+    """The inter-node bandwidth (GB/s per host) set for the current base topology, or 0."""
+    return float(ss.get("net_GBps") or 0.0) if ss.get("net_base") == topology_url(ss) else 0.0
 
 
 # ---- what pages read ---------------------------------------------------------------------------
@@ -426,6 +608,23 @@ class Context:
     model_error: str | None = None
     topology_error: str | None = None
     edit_errors: tuple[str, ...] = ()
+    topo_name: str = ""  # the base cluster's name (``dgx-a100:2``), before any edit
+    edited: bool = False  # links edited, hosts added or the inter-node bandwidth changed
+
+    @property
+    def tag(self) -> str:
+        """What a chart shows, for its title: model, cluster (+ edited), mode, batch."""
+        mode = "training" if self.mode == "train" else "inference"
+        edited = " (edited)" if self.edited else ""
+        return f"{self.model} · {self.topo_name}{edited} · {mode} · batch {self.batch}"
+
+    def file_stem(self, chart: str) -> str:
+        """Export file name without extension: ``gpt2_dgx-a100-2_train_links``."""
+        import re
+
+        topo = self.topo_name + ("-edited" if self.edited else "")
+        parts = (self.model, topo, self.mode, chart)
+        return "_".join(re.sub(r"[^A-Za-z0-9.-]+", "-", p).strip("-") for p in parts)[:120]
 
     @property
     def workload(self) -> tuple[str, str | None, int, int, str]:

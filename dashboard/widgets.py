@@ -20,10 +20,12 @@ from dashboard.state import (
     IMAGE_FORMATS,
     MAX_NODES_UI,
     MODES,
+    NET_STEPS,
     TOPOLOGY_SOURCES,
     UPLOADED,
     Context,
     active_edits,
+    active_net,
     model_defaults,
     topology_url,
 )
@@ -31,7 +33,7 @@ from taps_core.errors import TapsError
 from taps_core.models import sample_names
 from taps_core.models.config import MAX_CONFIG_BYTES
 from taps_core.plan import Plan
-from taps_core.presets import PRESETS
+from taps_core.sweep import node_inter_bandwidth
 
 GiB = 2**30
 COST_LABELS = {"topology": "topology-aware (TAPS)", "volume": "volume (bytes only)"}
@@ -112,8 +114,7 @@ def sidebar() -> Context:
         key="nodes",
         disabled=ss["topo"] == CUSTOM,
     )
-    if ss["topo"] in PRESETS:
-        sb.caption(PRESETS[ss["topo"]][1])
+    _network_slider(sb, ss)
     sb.header("Search")
     sb.radio(
         "Cost model",
@@ -138,7 +139,70 @@ def sidebar() -> Context:
         format_func=str.upper,
         help="Each chart's camera icon downloads this format",
     )
-    return _context(ss)
+    ctx = _context(ss)
+    if ctx.topo_json is not None:  # what is planned, not what the preset promises
+        sb.caption(describe_cluster(cache.topology(ctx.topo_json), edited=ctx.edited))
+    return ctx
+
+
+def _network_slider(sb: Any, ss: Any) -> None:
+    """One control for the network between hosts, whatever the cluster (0 = as built)."""
+    base = cache.resolve_topology(
+        ss["topo"], int(ss["nodes"]), ss["topo_custom"], ss.get("topo_json"), _edits(ss)
+    )
+    if base.json is None or cache.topology(base.json).nodes < 2:
+        return
+    own = round(node_inter_bandwidth(cache.topology(base.json)) / 1e9, 6)
+    steps = sorted({*NET_STEPS, own})
+    if ss.get("net_base") != topology_url(ss) or ss.get("net_GBps") not in steps:
+        ss["net_GBps"], ss["net_base"] = own, topology_url(ss)
+    if not ss["net_GBps"]:
+        ss["net_GBps"] = own
+    sb.select_slider(
+        "Network between hosts (GB/s per host)",
+        steps,
+        key="net_GBps",
+        format_func=lambda v: f"{v:g}" + (" (as built)" if v == own else ""),
+        help="Scales every network link so one host's NICs add up to this; "
+        "relative NIC speeds, NVLink and PCIe stay as they are",
+    )
+    if ss["net_GBps"] == own:
+        ss["net_base"] = ""  # as built: nothing to apply or to put in the URL
+    else:
+        ss["net_base"] = topology_url(ss)
+
+
+def _edits(ss: Any) -> tuple[str, ...]:
+    return tuple(e.text() for e in active_edits(ss))
+
+
+def describe_cluster(topo: Any, *, edited: bool) -> str:
+    """The cluster actually planned, in one line (hosts, GPUs, links inside and between)."""
+    kinds = {d.name: d.kind for d in topo.devices}
+    host0 = {d.name for d in topo.devices if d.host == 0}
+    inside = sorted(
+        {
+            f"{k.kind} {k.bandwidth_Bps / 1e9:.3g} GB/s"
+            for k in topo.links
+            if k.src in host0 and kinds.get(k.src) == "gpu" and k.kind != "network"
+        }
+    )
+    per_host: dict[int, list[float]] = {}
+    hosts = {d.name: d.host for d in topo.devices}
+    for k in topo.links:
+        if k.kind == "network":
+            h = hosts.get(k.src) if hosts.get(k.src) is not None else hosts.get(k.dst)
+            if h is not None:
+                per_host.setdefault(h, []).append(k.bandwidth_Bps / 1e9)
+    text = f"**Planned:** {topo.nodes} host(s) × {topo.gpus_per_node} {topo.gpu.name}"
+    if inside:
+        text += f"; inside a host {', '.join(inside[:2])}"
+    if per_host:
+        totals = sorted(sum(v) for v in per_host.values())
+        nics = sorted(len(v) for v in per_host.values())
+        rng = f"{totals[0]:.3g}" if totals[0] == totals[-1] else f"{totals[0]:.3g}–{totals[-1]:.3g}"
+        text += f"; between hosts {nics[-1]} NIC(s), {rng} GB/s per host"
+    return text + (" · **edited**" if edited else "")
 
 
 def _context(ss: Any) -> Context:
@@ -152,10 +216,15 @@ def _context(ss: Any) -> Context:
             model_error = "model: upload a config.json in the sidebar (or pick a sample)"
     else:
         model, text = ss["model"], None
-    edits = tuple(e.text() for e in active_edits(ss))
-    topo_json, label, errors = cache.resolve_topology(
-        ss["topo"], int(ss["nodes"]), ss["topo_custom"], ss.get("topo_json"), edits
+    res = cache.resolve_topology(
+        ss["topo"],
+        int(ss["nodes"]),
+        ss["topo_custom"],
+        ss.get("topo_json"),
+        _edits(ss),
+        active_net(ss),
     )
+    topo_json, label, errors = res.json, res.label, res.messages
     ctx = Context(
         model=model,
         model_text=text,
@@ -171,6 +240,8 @@ def _context(ss: Any) -> Context:
         model_error=model_error,
         topology_error=errors[0] if topo_json is None else None,
         edit_errors=errors if topo_json is not None else (),
+        topo_name=res.name,
+        edited=res.edited,
     )
     if model_error is None:
         g = cache.graph_or_failure(ctx.workload)
@@ -182,13 +253,32 @@ def _context(ss: Any) -> Context:
 # ---- page helpers ------------------------------------------------------------------------------
 
 
-def show_chart(fig: go.Figure, key: str) -> None:
-    """Draw a figure with the export format chosen in the sidebar."""
-    st.plotly_chart(
+def titled(fig: go.Figure, ctx: Context | None = None) -> go.Figure:
+    """Add what the chart shows (model, cluster + edited, mode, batch) under its title."""
+    ctx = ctx or st.session_state.get("_ctx")
+    title = fig.layout.title.text or ""
+    if ctx is not None and ctx.tag not in title:
+        fig.update_layout(
+            title_text=f"{title}<br><span style='font-size:13px;color:#4b5563'>{ctx.tag}</span>"
+        )
+        fig.update_layout(margin_t=max(fig.layout.margin.t or 0, 100))
+    return fig
+
+
+def show_chart(fig: go.Figure, key: str, **kwargs: Any) -> Any:
+    """Draw a figure titled with the context, exported as ``<model>_<cluster>_<mode>_<key>``.
+
+    Extra keyword arguments go to ``st.plotly_chart`` (e.g. selection events).
+    """
+    ctx = st.session_state.get("_ctx")
+    titled(fig, ctx)
+    stem = ctx.file_stem(key) if ctx is not None else key
+    return st.plotly_chart(
         fig,
         theme=None,
         key=key,
-        config=chart_config(st.session_state.get("img_format", "png"), key),
+        config=chart_config(st.session_state.get("img_format", "png"), stem),
+        **kwargs,
     )
 
 

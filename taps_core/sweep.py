@@ -278,6 +278,7 @@ class SweepRun:
         self._plans: dict[tuple[str, float], Plan | NotFitting] = {}  # searched
         self._priced: dict[tuple[str, float], Priced] = {}
         self._changes: dict[tuple[float, float], Change] = {}
+        self._complete: dict[tuple[tuple[float, ...], bool], Sweep] = {}
         self._reprice_ok: bool | None = None
         self._lock = threading.RLock()
         self.searches = 0
@@ -410,6 +411,9 @@ class SweepRun:
             raise InvalidInputError("bandwidths_Bps", list(bandwidths), "at least one bandwidth")
         for bw in grid:
             check_positive("bandwidths_Bps[]", bw)
+        if (grid, locate) in self._complete:  # a finished grid: nothing left to plan
+            yield self._complete[(grid, locate)]
+            return
         for i in coarse_to_fine(len(grid)):
             bw = grid[i]
             if all((lb, bw) in self._priced for lb in self.labels):
@@ -420,7 +424,9 @@ class SweepRun:
             yield self.snapshot(grid)
         if locate:
             yield from self._locate(grid)
-        yield self.snapshot(grid, complete=True)
+        final = self.snapshot(grid, complete=True)
+        self._complete[(grid, locate)] = final
+        yield final
 
     def _taps_plan(self, bw: float) -> Plan | NotFitting:
         self.at("taps", bw)
