@@ -14,10 +14,24 @@ class InvalidInputError(TapsError, ValueError):
         self.field = field
         self.value = value
         self.expected = expected
+        where = " ".join(str(field).split())
+        if len(where) > 160:
+            where = where[:157] + "..."
+        super().__init__(f"{where} must be {expected}; got {shown_value(value)}")
+
+
+def shown_value(value: object, width: int = 80) -> str:
+    """A one-line, bounded ``repr`` of a user value (huge integers are summarised, not printed)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > 16:
+        return f"a {type(value).__name__} of {len(value)} items"
+    try:
         shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        super().__init__(f"{field} must be {expected}; got {shown}")
+    except (ValueError, RecursionError):  # e.g. deeply nested lists
+        shown = f"a {type(value).__name__}"
+    shown = " ".join(shown.split())  # one line, whatever the value holds
+    return shown if len(shown) <= width else shown[: width - 3] + "..."
 
 
 class InfeasibleError(TapsError):
@@ -28,7 +42,10 @@ def check_positive(field: str, value: object, *, allow_zero: bool = False) -> fl
     """Return ``value`` as a float after checking it is a finite positive number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInputError(field, value, "a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        raise InvalidInputError(field, value, "a finite number") from None
     if number != number or number in (float("inf"), float("-inf")):
         raise InvalidInputError(field, value, "a finite number")
     if number < 0 or (number == 0 and not allow_zero):

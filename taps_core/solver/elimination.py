@@ -1,241 +1,104 @@
-"""Exact dynamic programming by graph elimination (MindSpore-style), with branching.
+"""Exact dynamic programming by graph elimination, for any graph, in bounded memory.
 
-Reductions, applied until none is left:
-- isolated node: take its cheapest strategy;
-- leaf: fold a degree-one node into its neighbour's cost vector;
-- series: a degree-two node v between u and w becomes an edge u-w with
-  ``C'(a, c) = min_b C_uv(a, b) + c_v(b) + C_vw(b, c)`` (a min-plus product; argmin kept);
-- parallel edges add up as they appear.
-When every remaining node has degree >= 3, branch on the node with the fewest strategies.
-Replaying the records backwards recovers every node's strategy.
+Three stages, each on what the previous one leaves:
+
+1. :mod:`~taps_core.solver.series`: leaves and series nodes (degree <= 2) by min-plus
+   products, cheapest first. Model graphs (series-parallel-ish) end here: fast and exact.
+2. :mod:`~taps_core.solver.factors`: variable elimination of any degree into tables over the
+   neighbours, in min-weight order, when the whole elimination fits the :class:`Budget`
+   (exact); otherwise only the eliminations that do not grow the problem.
+3. :mod:`~taps_core.solver.kernel`: the irreducible rest goes to the exact ILP (scipy HiGHS),
+   or, past its size cap or the time limit, to greedy plus local search with a lower bound.
+
+Everything is iterative (no recursion) and deterministic. ``solve`` without a time limit is
+exact; with one, the :class:`Solution` says ``optimal`` or ``feasible`` with a lower bound.
 """
 
 from __future__ import annotations
 
-import heapq
+import itertools
+import math
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from taps_core.solver.factors import Budget, Eliminated, FactorProblem, plan, run
+from taps_core.solver.kernel import KernelResult, solve_kernel
 from taps_core.solver.problem import CostGraph, Solution
+from taps_core.solver.series import (
+    SeriesBudget,
+    SeriesState,
+    eliminate_series,
+    min_plus,
+    recover_series,
+    state_of,
+)
 
-CHUNK_ELEMENTS = 1 << 18  # temporaries of one min-plus chunk stay cache-sized (2 MiB)
-Record = tuple  # ("root", v, s) | ("leaf", v, u, arg[S_u]) | ("series", v, u, w, arg[S_u,S_w])
+__all__ = ["Budget", "greedy", "min_plus", "reduce_to", "solve"]
+
+ILP_MAX_NONZEROS = 3_000_000  # larger kernels skip the ILP when a time limit is set
 
 
 @dataclass
-class _State:
-    """Mutable working copy of the problem (arrays are replaced, never written in place)."""
+class _Reduced:
+    """A problem after stages 1-2: the factor problem over the nodes left, and how to undo."""
 
-    costs: dict[str, np.ndarray]
-    adj: dict[str, dict[str, np.ndarray]]  # adj[u][v] has shape [S_u, S_v]
-    constant: float = 0.0
-    records: list[Record] = field(default_factory=list)
-    branches: int = 0
+    series: SeriesState
+    names: list[str]  # factor variable i is node names[i]
+    factors: FactorProblem
+    eliminated: Eliminated
+    keep: list[int]  # variables of the kept nodes, in ``keep`` order
 
-    def copy(self) -> _State:
-        return _State(
-            dict(self.costs),
-            {k: dict(v) for k, v in self.adj.items()},
-            self.constant,
-            list(self.records),
-            self.branches,
-        )
+    @property
+    def alive(self) -> list[int]:
+        kept = set(self.keep)
+        return [v for v, u in enumerate(self.factors.unary) if len(u) and v not in kept]
 
-    def add_edge(self, u: str, v: str, m: np.ndarray) -> None:
-        if v in self.adj[u]:
-            m = self.adj[u][v] + m
-        self.adj[u][v] = m
-        self.adj[v][u] = m.T
-
-    def remove(self, v: str) -> None:
-        for u in self.adj.pop(v):
-            del self.adj[u][v]
-        del self.costs[v]
+    def recover(self, assign: np.ndarray) -> dict[str, int]:
+        assign = self.eliminated.recover(assign.copy())
+        left = {n: int(assign[i]) for i, n in enumerate(self.names)}
+        return recover_series(self.series, left)
 
 
-def _state(problem: CostGraph) -> _State:
-    st = _State(dict(problem.node_costs), {n: {} for n in problem.node_costs})
-    for u, v, m in problem.edges:
-        st.add_edge(u, v, m)
-    return st
+def _reduce(problem: CostGraph, keep: tuple[str, ...], budget: Budget, deadline: float) -> _Reduced:
+    st = state_of(problem)
+    eliminate_series(st, frozenset(keep), SeriesBudget(deadline=deadline))
+    names = [n for n in problem.node_costs if n in st.costs]
+    idx = {n: i for i, n in enumerate(names)}
+    fp = FactorProblem([len(st.costs[n]) for n in names], [st.costs[n] for n in names])
+    fp.constant = st.constant
+    for u in names:
+        for w, m in st.adj[u].items():
+            if idx[u] < idx[w]:
+                fp.add((idx[u], idx[w]), m)
+    kept = {idx[n] for n in keep}
+    order = plan(fp, kept, budget)
+    if not order.complete:
+        order = plan(fp, kept, budget, shrink_only=True)
+    return _Reduced(st, names, fp, run(fp, order.order), [idx[n] for n in keep])
 
 
-def min_plus(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``out[i, k] = min_j a[i, j] + mid[j] + b[j, k]`` and its argmin j, chunked over i.
+def solve(
+    problem: CostGraph, *, time_limit_s: float | None = None, budget: Budget = Budget()
+) -> Solution:
+    """Minimum-cost assignment of ``problem`` (see module docstring).
 
-    Selection edges (one finite entry per row or column) take O(n^2) shortcuts.
-    """
-    n_i, n_j = a.shape
-    n_k = b.shape[1]
-    if n_j == 0:
-        return np.full((n_i, n_k), np.inf), np.zeros((n_i, n_k), dtype=np.int32)
-    fin_a, fin_b = np.isfinite(a), np.isfinite(b)
-    if (fin_a.sum(axis=1) == 1).all():  # each i picks one j
-        j = fin_a.argmax(axis=1)
-        out = (a[np.arange(n_i), j] + mid[j])[:, None] + b[j]
-        return out, np.repeat(j[:, None].astype(np.int32), n_k, axis=1)
-    if (fin_b.sum(axis=0) == 1).all():  # each k is reached from one j
-        j = fin_b.argmax(axis=0)
-        out = a[:, j] + (mid[j] + b[j, np.arange(n_k)])[None, :]
-        return out, np.repeat(j[None, :].astype(np.int32), n_i, axis=0)
-    if (fin_b.sum(axis=1) == 1).all():  # each j maps to one k
-        return _min_plus_select(a, mid, b)
-    if (fin_a.sum(axis=0) == 1).all():  # each j comes from one i
-        out, arg = _min_plus_select(b.T, mid, a.T)
-        return out.T, arg.T
-    out = np.empty((n_i, n_k))
-    arg = np.empty((n_i, n_k), dtype=np.int32)
-    right = mid[:, None] + b  # [j, k]
-    step = max(1, CHUNK_ELEMENTS // max(1, n_j * n_k))
-    for start in range(0, n_i, step):
-        block = a[start : start + step, :, None] + right[None, :, :]  # [i, j, k]
-        idx = block.argmin(axis=1)
-        arg[start : start + step] = idx
-        out[start : start + step] = np.take_along_axis(block, idx[:, None, :], axis=1)[:, 0, :]
-    return out, arg
+    Parameters
+    ----------
+    problem : CostGraph
+        Node cost vectors and edge cost matrices; any undirected cycles allowed.
+    time_limit_s : float, optional
+        Seconds for the whole solve. Without it the answer is always the exact optimum.
+    budget : Budget
+        Largest tables the elimination may build (memory) and total work (time).
 
-
-def _min_plus_select(
-    a: np.ndarray, mid: np.ndarray, b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """min_plus when each row j of ``b`` has exactly one finite entry (j selects one k)."""
-    col = np.isfinite(b).argmax(axis=1)
-    val = b[np.arange(len(col)), col]
-    base = a + (mid + val)[None, :]  # [i, j]
-    out = np.full((a.shape[0], b.shape[1]), np.inf)
-    arg = np.zeros((a.shape[0], b.shape[1]), dtype=np.int32)
-    order = np.argsort(col, kind="stable")
-    cols_sorted = col[order]
-    starts = np.flatnonzero(np.r_[True, cols_sorted[1:] != cols_sorted[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    for s, e in zip(starts, ends):
-        members = order[s:e]
-        sub = base[:, members]
-        pick = sub.argmin(axis=1)
-        out[:, cols_sorted[s]] = sub[np.arange(len(pick)), pick]
-        arg[:, cols_sorted[s]] = members[pick]
-    return out, arg
-
-
-def _work(st: _State, v: str) -> float:
-    """Estimated cost of eliminating ``v`` now (inf if it has degree >= 3)."""
-    nbrs = st.adj[v]
-    if len(nbrs) > 2:
-        return np.inf
-    size = len(st.costs[v])
-    for u in nbrs:
-        size *= len(st.costs[u])
-    return float(size)
-
-
-def _eliminate(st: _State, keep: frozenset[str]) -> None:
-    """Apply reductions, cheapest first, until only ``keep`` and degree >= 3 nodes are left."""
-    heap = [(_work(st, n), i, n) for i, n in enumerate(st.costs) if n not in keep]
-    heapq.heapify(heap)
-    tick = len(heap)
-    while heap:
-        est, _, v = heapq.heappop(heap)
-        if v not in st.costs or not np.isfinite(est):
-            continue
-        now = _work(st, v)
-        if now != est:  # stale entry: requeue with the current estimate
-            tick += 1
-            heapq.heappush(heap, (now, tick, v))
-            continue
-        nbrs = list(st.adj[v])
-        c_v = st.costs[v]
-        if len(nbrs) == 0:
-            s = int(np.argmin(c_v))
-            st.constant += float(c_v[s])
-            st.records.append(("root", v, s))
-            st.remove(v)
-        elif len(nbrs) == 1:
-            u = nbrs[0]
-            val = c_v[:, None] + st.adj[v][u]  # [S_v, S_u]
-            arg = val.argmin(axis=0)
-            st.costs[u] = st.costs[u] + val[arg, np.arange(val.shape[1])]
-            st.records.append(("leaf", v, u, arg))
-            st.remove(v)
-        else:
-            u, w = nbrs
-            out, arg = min_plus(st.adj[v][u].T, c_v, st.adj[v][w])
-            st.records.append(("series", v, u, w, arg))
-            st.remove(v)
-            st.add_edge(u, w, out)
-        for n in nbrs:
-            if n not in keep:
-                tick += 1
-                heapq.heappush(heap, (_work(st, n), tick, n))
-
-
-def _kept_table(st: _State, keep: tuple[str, ...]) -> np.ndarray:
-    """Total cost as an array over the kept nodes' strategies."""
-    if not keep:
-        return np.array(st.constant)
-    if len(keep) == 1:
-        return st.costs[keep[0]] + st.constant
-    a, b = keep
-    table = st.costs[a][:, None] + st.costs[b][None, :] + st.constant
-    if b in st.adj[a]:
-        table = table + st.adj[a][b]
-    return table
-
-
-def _recover(st: _State, kept: dict[str, int]) -> dict[str, int]:
-    chosen = dict(kept)
-    for rec in reversed(st.records):
-        if rec[0] in ("root", "fixed"):
-            chosen[rec[1]] = rec[2]
-        elif rec[0] == "leaf":
-            chosen[rec[1]] = int(rec[3][chosen[rec[2]]])
-        else:
-            chosen[rec[1]] = int(rec[4][chosen[rec[2]], chosen[rec[3]]])
-    return chosen
-
-
-def _solve_state(
-    st: _State, keep: tuple[str, ...]
-) -> tuple[np.ndarray, Callable[[tuple[int, ...]], dict[str, int]], int]:
-    """Eliminate (branching where needed); return kept table, recover function, branch count."""
-    _eliminate(st, frozenset(keep))
-    rest = [n for n in st.costs if n not in keep]
-    if not rest:
-        return _kept_table(st, keep), lambda k: _recover(st, dict(zip(keep, k))), 0
-    # irreducible knot: branch on the node with fewest strategies, most neighbours
-    z = min(rest, key=lambda n: (len(st.costs[n]), -len(st.adj[n]), n))
-    best: np.ndarray | None = None
-    which: np.ndarray | None = None
-    subs = []
-    branches = 0
-    for x in range(len(st.costs[z])):
-        sub = st.copy()
-        sub.constant += float(sub.costs[z][x])
-        for y, m in sub.adj[z].items():
-            sub.costs[y] = sub.costs[y] + m[x]
-        sub.remove(z)
-        sub.records.append(("fixed", z, x))
-        table, rec, nb = _solve_state(sub, keep)
-        branches += 1 + nb
-        subs.append(rec)
-        if best is None:
-            best, which = table.copy(), np.full(table.shape, x, dtype=np.int64)
-        better = table < best
-        best = np.where(better, table, best)
-        which = np.where(better, x, which)
-    assert best is not None and which is not None
-    final_best, final_which = best, which
-
-    def recover(k: tuple[int, ...]) -> dict[str, int]:
-        x = int(final_which[k] if k else final_which)
-        return subs[x](k)
-
-    return final_best, recover, branches
-
-
-def solve(problem: CostGraph) -> Solution:
-    """Exact minimum-cost assignment of ``problem`` by elimination (see module docstring).
+    Returns
+    -------
+    Solution
+        Strategies, cost, ``status`` ("optimal", "feasible" or "infeasible"), ``lower_bound``
+        and ``stats`` (``time_s``, ``kernel_nodes``, ``method``).
 
     Examples
     --------
@@ -245,19 +108,95 @@ def solve(problem: CostGraph) -> Solution:
     >>> solve(p).strategies, solve(p).cost
     ({'a': 0, 'b': 0}, 1.0)
     """
-    st = _state(problem)
-    table, recover, branches = _solve_state(st, ())
-    chosen = recover(())
+    start = time.perf_counter()
+    deadline = math.inf if time_limit_s is None else start + time_limit_s
+    red = _reduce(problem, (), budget, deadline)
+    alive = red.alive
+    res = solve_kernel(
+        red.factors,
+        alive,
+        deadline=deadline,
+        ilp_max_nonzeros=ILP_MAX_NONZEROS,
+        exact=time_limit_s is None,
+    )
+    chosen = red.recover(res.assign)
+    cost = problem.total(chosen)
+    status, bound, method = res.status, res.lower_bound, res.method
+    if status == "feasible":
+        simple = greedy(problem)
+        if problem.total(simple) < cost:
+            chosen, cost, method = simple, problem.total(simple), "greedy"
+    if status == "optimal":
+        bound = cost
+    if not math.isfinite(cost):
+        status = "infeasible"
     ordered = {n: chosen[n] for n in problem.node_costs}
-    return Solution(ordered, float(table), {"branches": branches})
+    stats = {
+        "time_s": time.perf_counter() - start,
+        "kernel_nodes": len(alive),
+        "eliminated": len(red.eliminated.records) + len(red.series.records),
+        "method": method,
+    }
+    return Solution(ordered, cost, stats, status=status, lower_bound=bound)
 
 
 def reduce_to(
     problem: CostGraph, keep: tuple[str, ...]
 ) -> tuple[np.ndarray, Callable[[tuple[int, ...]], dict[str, int]]]:
     """Eliminate every node but ``keep`` (at most two): the minimum total cost as a table over
-    the kept nodes' strategies, and a function giving every node's strategy for a kept choice."""
+    the kept nodes' strategies, and a function giving every node's strategy for a kept choice.
+
+    Exact. When a kernel is left beside the kept nodes, it is solved (by the ILP) once per
+    choice of the kept nodes' strategies.
+    """
     if len(keep) > 2:
         raise ValueError("reduce_to keeps at most two nodes")
-    table, recover, _ = _solve_state(_state(problem), keep)
-    return table, recover
+    red = _reduce(problem, keep, Budget(), math.inf)
+    fp, kv = red.factors, red.keep
+    alive = red.alive
+    shape = tuple(fp.domains[v] for v in kv)
+    if not alive:
+        table = np.full(shape, fp.constant)
+        for i, v in enumerate(kv):
+            table = table + fp.unary[v].reshape([-1 if j == i else 1 for j in range(len(kv))])
+        for scope, t in fp.tables.items():  # only the table over both kept nodes is left
+            table = table + (t if list(scope) == kv else t.T)
+
+        def recover(k: tuple[int, ...]) -> dict[str, int]:
+            assign = np.zeros(len(fp.domains), dtype=np.int64)
+            assign[kv] = k
+            return red.recover(assign)
+
+        return table, recover
+    table = np.full(shape, np.inf)
+    answers: dict[tuple[int, ...], np.ndarray] = {}
+    for combo in itertools.product(*(range(n) for n in shape)):
+        res = _conditioned(fp, alive, dict(zip(kv, combo)))
+        table[combo] = fp.value(res.assign)
+        answers[combo] = res.assign
+    return table, lambda k: red.recover(answers[tuple(k)])
+
+
+def _conditioned(fp: FactorProblem, alive: list[int], fixed: dict[int, int]) -> KernelResult:
+    """Exact kernel optimum with the ``fixed`` variables held at the given strategies."""
+    unary = list(fp.unary)
+    for v, s in fixed.items():
+        unary[v] = np.where(np.arange(fp.domains[v]) == s, unary[v], np.inf)
+    sub = FactorProblem(fp.domains, unary, dict(fp.tables), fp.constant)
+    return solve_kernel(sub, alive + list(fixed), deadline=math.inf, ilp_max_nonzeros=0, exact=True)
+
+
+def greedy(problem: CostGraph) -> dict[str, int]:
+    """Nodes in order, each at its cheapest strategy given the neighbours already chosen."""
+    adj: dict[str, list[tuple[str, np.ndarray]]] = {n: [] for n in problem.node_costs}
+    for u, v, m in problem.edges:
+        adj[u].append((v, m))
+        adj[v].append((u, m.T))
+    chosen: dict[str, int] = {}
+    for n, c in problem.node_costs.items():
+        local = c.copy()
+        for other, m in adj[n]:
+            if other in chosen:
+                local += m[:, chosen[other]]
+        chosen[n] = int(np.argmin(local))
+    return chosen

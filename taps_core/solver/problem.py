@@ -55,11 +55,29 @@ class CostGraph:
 
 @dataclass(frozen=True)
 class Solution:
-    """Chosen strategy index per node and the plan's cost."""
+    """Chosen strategy index per node and the plan's cost (in the problem's cost unit).
+
+    ``status`` is "optimal" (proven), "feasible" (the best found; the optimum lies in
+    ``[lower_bound, cost]``) or "infeasible" (every assignment has an infinite cost or breaks a
+    constraint).
+    """
 
     strategies: dict[str, int]
     cost: float
     stats: dict[str, Any] = field(default_factory=dict)
+    status: str = "optimal"
+    lower_bound: float | None = None
+
+    @property
+    def gap(self) -> float | None:
+        """``(cost - lower_bound) / |cost|``: 0 when optimal, None when unknown."""
+        if self.status == "optimal":
+            return 0.0
+        if self.lower_bound is None or not np.isfinite(self.lower_bound):
+            return None
+        if not np.isfinite(self.cost):
+            return None
+        return max(0.0, self.cost - self.lower_bound) / max(abs(self.cost), 1e-300)
 
 
 def problem_from_json(data: Any) -> CostGraph:

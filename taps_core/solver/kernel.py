@@ -1,0 +1,247 @@
+"""What elimination leaves behind: an exact ILP when it fits, else greedy plus local search.
+
+The ILP is the Alpa/XLA formulation generalised to tables of any arity: a one-hot ``x`` per
+variable and a ``y`` per table entry whose marginal on every axis equals that variable's
+``x`` (with ``x`` integral, each ``y`` is then integral too). Optional :class:`RangeRows` add
+``sum_v usage_v . x_v <= limit`` rows, where each variable sits on a contiguous range of rows
+(live ranges over time). HiGHS reports optimal, or the best found with its dual bound.
+
+The heuristic builds a greedy assignment and improves it one variable at a time (iterated
+conditional modes) until nothing improves; its lower bound gives each table to one of its
+variables and minimises the rest away ("star" bound). Both are deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from taps_core.solver.factors import FactorProblem, Scope
+
+
+@dataclass(frozen=True)
+class RangeRows:
+    """Linear rows ``sum_{v: lo[v] <= r < hi[v]} weight[v][s_v] <= limit[r]``."""
+
+    lo: dict[int, int]
+    hi: dict[int, int]
+    weight: dict[int, np.ndarray]
+    limit: np.ndarray
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """An assignment of every variable, its status and a lower bound on the optimum."""
+
+    assign: np.ndarray
+    status: str  # "optimal" | "feasible" | "infeasible"
+    lower_bound: float
+    method: str
+
+
+def ilp_size(p: FactorProblem, alive: list[int], rows: RangeRows | None = None) -> int:
+    """Non-zeros of the ILP matrix (its memory and, roughly, its difficulty)."""
+    nnz = sum(p.domains[v] for v in alive) * 2
+    nnz += sum(t.size * (len(s) + 1) for s, t in p.tables.items())
+    if rows is not None:
+        nnz += sum(len(rows.weight[v]) * (rows.hi[v] - rows.lo[v]) for v in rows.lo)
+    return nnz
+
+
+def solve_ilp(
+    p: FactorProblem,
+    alive: list[int],
+    *,
+    rows: RangeRows | None = None,
+    time_limit_s: float | None = None,
+) -> KernelResult | None:
+    """Exact ILP over the ``alive`` variables (None when HiGHS found no assignment in time)."""
+    dom = p.domains
+    off = {}
+    n_x = 0
+    for v in alive:
+        off[v] = n_x
+        n_x += dom[v]
+    costs = [np.concatenate([p.unary[v] for v in alive]) if alive else np.zeros(0)]
+    r_idx: list[np.ndarray] = []
+    c_idx: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    lo: list[np.ndarray] = []
+    hi: list[np.ndarray] = []
+    n_rows = 0
+    # one-hot rows
+    for v in alive:
+        r_idx.append(np.full(dom[v], n_rows))
+        c_idx.append(off[v] + np.arange(dom[v]))
+        vals.append(np.ones(dom[v]))
+        n_rows += 1
+    lo.append(np.ones(len(alive)))
+    hi.append(np.ones(len(alive)))
+    n_y = n_x
+    for scope, t in p.tables.items():
+        size = t.size
+        costs.append(t.reshape(-1))
+        entries = n_y + np.arange(size)
+        stride = size
+        for v in scope:  # marginal rows: sum of y with s_v = s equals x_v,s
+            stride //= dom[v]
+            coord = (np.arange(size) // stride) % dom[v]
+            r_idx += [n_rows + coord, n_rows + np.arange(dom[v])]
+            c_idx += [entries, off[v] + np.arange(dom[v])]
+            vals += [np.ones(size), -np.ones(dom[v])]
+            lo.append(np.zeros(dom[v]))
+            hi.append(np.zeros(dom[v]))
+            n_rows += dom[v]
+        n_y += size
+    if rows is not None and len(rows.limit):
+        for v in alive:
+            if v not in rows.lo or rows.hi[v] <= rows.lo[v]:
+                continue
+            span = np.arange(rows.lo[v], rows.hi[v])
+            w = rows.weight[v]
+            r_idx.append(n_rows + np.repeat(span, len(w)))
+            c_idx.append(np.tile(off[v] + np.arange(len(w)), len(span)))
+            vals.append(np.tile(w.astype(float), len(span)))
+        lo.append(np.full(len(rows.limit), -np.inf))
+        hi.append(np.asarray(rows.limit, dtype=float))
+        n_rows += len(rows.limit)
+    c = np.concatenate(costs)
+    finite = np.isfinite(c)
+    upper = finite.astype(float)
+    c = np.where(finite, c, 0.0)
+    # HiGHS stops within an absolute gap of 1e-6: rescale the objective to ~1e6 and ask for a
+    # tight relative gap so that the true optimum comes back
+    scale = 1e6 / max(float(np.abs(c).max(initial=0.0)), 1e-300)
+    a = coo_matrix(
+        (np.concatenate(vals), (np.concatenate(r_idx), np.concatenate(c_idx))),
+        shape=(n_rows, n_y),
+    ).tocsr()
+    integrality = np.zeros(n_y)
+    integrality[:n_x] = 1
+    options: dict[str, float] = {"mip_rel_gap": 1e-12}
+    if time_limit_s is not None:
+        options["time_limit"] = max(time_limit_s, 0.1)
+    res = milp(
+        c * scale,
+        constraints=LinearConstraint(a, np.concatenate(lo), np.concatenate(hi)),
+        integrality=integrality,
+        bounds=Bounds(0, upper),
+        options=options,
+    )
+    if res.status == 2:  # proven infeasible
+        return KernelResult(np.zeros(len(dom), dtype=np.int64), "infeasible", math.inf, "ilp")
+    if res.x is None:
+        return None
+    assign = np.zeros(len(dom), dtype=np.int64)
+    for v in alive:
+        assign[v] = int(np.argmax(res.x[off[v] : off[v] + dom[v]]))
+    bound = getattr(res, "mip_dual_bound", None)
+    bound = float(bound) / scale if bound is not None and np.isfinite(bound) else -math.inf
+    status = "optimal" if res.status == 0 else "feasible"
+    return KernelResult(assign, status, bound + p.constant, "ilp")
+
+
+def _incidence(p: FactorProblem, alive: list[int]) -> dict[int, list[tuple[Scope, np.ndarray]]]:
+    inc: dict[int, list[tuple[Scope, np.ndarray]]] = {v: [] for v in alive}
+    for scope, t in p.tables.items():
+        for v in scope:
+            inc[v].append((scope, t))
+    return inc
+
+
+def _local(
+    v: int, inc: list[tuple[Scope, np.ndarray]], assign: np.ndarray, known: np.ndarray | None
+) -> np.ndarray:
+    """Cost vector of ``v`` given the others' strategies (unknown ones minimised away)."""
+    total = 0.0
+    for scope, t in inc:
+        index: list[object] = []
+        free = []
+        for axis, u in enumerate(scope):
+            if u == v:
+                index.append(slice(None))
+            elif known is None or known[u]:
+                index.append(int(assign[u]))
+            else:
+                index.append(slice(None))
+                free.append(axis)
+        sub = t[tuple(index)]
+        if free:  # axes left: v's and the unknown ones; minimise the unknown ones away
+            pos_v = [a for a, u in enumerate(scope) if u == v or a in free].index(scope.index(v))
+            sub = np.moveaxis(sub, pos_v, 0).reshape(sub.shape[pos_v], -1).min(axis=1)
+        total = total + sub
+    return total
+
+
+def greedy(p: FactorProblem, alive: list[int]) -> np.ndarray:
+    """Assign variables one by one (most connected first), each at its cheapest strategy given
+    the ones already assigned (optimistic about the rest)."""
+    inc = _incidence(p, alive)
+    assign = np.zeros(len(p.domains), dtype=np.int64)
+    known = np.zeros(len(p.domains), dtype=bool)
+    for v in sorted(alive, key=lambda v: (-len(inc[v]), v)):
+        local = p.unary[v] + _local(v, inc[v], assign, known)
+        assign[v] = int(np.argmin(local))
+        known[v] = True
+    return assign
+
+
+def local_search(
+    p: FactorProblem, alive: list[int], assign: np.ndarray, *, deadline: float, max_sweeps: int
+) -> np.ndarray:
+    """Iterated conditional modes: move one variable to its best strategy while that helps."""
+    inc = _incidence(p, alive)
+    assign = assign.copy()
+    for _ in range(max_sweeps):
+        changed = False
+        for v in alive:
+            local = p.unary[v] + _local(v, inc[v], assign, None)
+            best = int(np.argmin(local))
+            if local[best] < local[assign[v]] - 1e-12 * abs(local[assign[v]]):
+                assign[v] = best
+                changed = True
+        if not changed or time.perf_counter() > deadline:
+            break
+    return assign
+
+
+def star_bound(p: FactorProblem, alive: list[int]) -> float:
+    """``constant + sum_v min_s (unary_v(s) + sum of tables given to v, minimised over the
+    others)``: every table goes to its first variable. A valid lower bound on the optimum."""
+    vec = {v: p.unary[v].astype(float) for v in alive}
+    for scope, t in p.tables.items():
+        vec[scope[0]] = vec[scope[0]] + t.reshape(t.shape[0], -1).min(axis=1)
+    return p.constant + float(sum(vec[v].min() for v in alive))
+
+
+def solve_kernel(
+    p: FactorProblem,
+    alive: list[int],
+    *,
+    deadline: float,
+    ilp_max_nonzeros: int,
+    exact: bool,
+) -> KernelResult:
+    """Best assignment of ``alive`` within the deadline; exact (no deadline) when ``exact``."""
+    if not alive:
+        return KernelResult(np.zeros(len(p.domains), dtype=np.int64), "optimal", p.constant, "none")
+    if exact or ilp_size(p, alive) <= ilp_max_nonzeros:
+        left = None if exact else max(0.1, deadline - time.perf_counter())
+        res = solve_ilp(p, alive, time_limit_s=left)
+        if res is not None and res.status in ("optimal", "infeasible"):
+            return res
+    else:
+        res = None
+    start = greedy(p, alive)
+    better = local_search(p, alive, start, deadline=deadline, max_sweeps=50)
+    bound = star_bound(p, alive)
+    if res is not None:
+        bound = max(bound, res.lower_bound)
+        if p.value(res.assign) <= p.value(better):
+            return KernelResult(res.assign, "feasible", bound, "ilp (time limit)")
+    return KernelResult(better, "feasible", bound, "greedy + local search")

@@ -1,0 +1,197 @@
+"""Pairwise reductions of the elimination DP (MindSpore-style): the fast path for model graphs.
+
+Reductions, cheapest first, until none is left within the budget:
+- isolated node: take its cheapest strategy;
+- leaf: fold a degree-one node into its neighbour's cost vector;
+- series: a degree-two node v between u and w becomes an edge u-w with
+  ``C'(a, c) = min_b C_uv(a, b) + c_v(b) + C_vw(b, c)`` (a min-plus product; argmin kept);
+- parallel edges add up as they appear.
+What is left (nodes of degree >= 3, kept nodes, eliminations over the budget) goes on to
+:mod:`taps_core.solver.factors`. Replaying the records backwards recovers every strategy.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from taps_core.solver.problem import CostGraph
+
+CHUNK_ELEMENTS = 1 << 18  # temporaries of one min-plus chunk stay cache-sized (2 MiB)
+# a record replays one elimination: ("root", v, s) | ("leaf", v, u, arg[S_u])
+# | ("series", v, u, w, arg[S_u, S_w]); arg gives v's strategy for the neighbours' strategies
+Record = tuple
+
+
+@dataclass(frozen=True)
+class SeriesBudget:
+    """Largest pairwise elimination to do here (bigger ones are left to the factor engine).
+
+    Model graphs reach ~4e8 element operations (gpt3-175b on 1024 GPUs, 1460 strategies):
+    the defaults leave them all here, exact and fast.
+    """
+
+    table_elements: float = float(1 << 23)  # entries of the edge a series step creates
+    step_work: float = float(1 << 31)  # S_u * S_v * S_w element operations of one step
+    deadline: float = math.inf  # time.perf_counter() value after which nothing is reduced
+
+
+@dataclass
+class SeriesState:
+    """Mutable working copy of the problem (arrays are replaced, never written in place)."""
+
+    costs: dict[str, np.ndarray]
+    adj: dict[str, dict[str, np.ndarray]]  # adj[u][v] has shape [S_u, S_v]
+    constant: float = 0.0
+    records: list[Record] = field(default_factory=list)
+
+    def add_edge(self, u: str, v: str, m: np.ndarray) -> None:
+        if v in self.adj[u]:
+            m = self.adj[u][v] + m
+        self.adj[u][v] = m
+        self.adj[v][u] = m.T
+
+    def remove(self, v: str) -> None:
+        for u in self.adj.pop(v):
+            del self.adj[u][v]
+        del self.costs[v]
+
+
+def state_of(problem: CostGraph) -> SeriesState:
+    """A working copy of ``problem`` (parallel edges already added up)."""
+    st = SeriesState(dict(problem.node_costs), {n: {} for n in problem.node_costs})
+    for u, v, m in problem.edges:
+        st.add_edge(u, v, m)
+    return st
+
+
+def min_plus(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``out[i, k] = min_j a[i, j] + mid[j] + b[j, k]`` and its argmin j, chunked over i.
+
+    Selection edges (one finite entry per row or column) take O(n^2) shortcuts.
+    """
+    n_i, n_j = a.shape
+    n_k = b.shape[1]
+    if n_j == 0:
+        return np.full((n_i, n_k), np.inf), np.zeros((n_i, n_k), dtype=np.int32)
+    fin_a, fin_b = np.isfinite(a), np.isfinite(b)
+    if (fin_a.sum(axis=1) == 1).all():  # each i picks one j
+        j = fin_a.argmax(axis=1)
+        out = (a[np.arange(n_i), j] + mid[j])[:, None] + b[j]
+        return out, np.repeat(j[:, None].astype(np.int32), n_k, axis=1)
+    if (fin_b.sum(axis=0) == 1).all():  # each k is reached from one j
+        j = fin_b.argmax(axis=0)
+        out = a[:, j] + (mid[j] + b[j, np.arange(n_k)])[None, :]
+        return out, np.repeat(j[None, :].astype(np.int32), n_i, axis=0)
+    if (fin_b.sum(axis=1) == 1).all():  # each j maps to one k
+        return _min_plus_select(a, mid, b)
+    if (fin_a.sum(axis=0) == 1).all():  # each j comes from one i
+        out, arg = _min_plus_select(b.T, mid, a.T)
+        return out.T, arg.T
+    out = np.empty((n_i, n_k))
+    arg = np.empty((n_i, n_k), dtype=np.int32)
+    right = mid[:, None] + b  # [j, k]
+    step = max(1, CHUNK_ELEMENTS // max(1, n_j * n_k))
+    for start in range(0, n_i, step):
+        block = a[start : start + step, :, None] + right[None, :, :]  # [i, j, k]
+        idx = block.argmin(axis=1)
+        arg[start : start + step] = idx
+        out[start : start + step] = np.take_along_axis(block, idx[:, None, :], axis=1)[:, 0, :]
+    return out, arg
+
+
+def _min_plus_select(
+    a: np.ndarray, mid: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """min_plus when each row j of ``b`` has exactly one finite entry (j selects one k)."""
+    col = np.isfinite(b).argmax(axis=1)
+    val = b[np.arange(len(col)), col]
+    base = a + (mid + val)[None, :]  # [i, j]
+    out = np.full((a.shape[0], b.shape[1]), np.inf)
+    arg = np.zeros((a.shape[0], b.shape[1]), dtype=np.int32)
+    order = np.argsort(col, kind="stable")
+    cols_sorted = col[order]
+    starts = np.flatnonzero(np.r_[True, cols_sorted[1:] != cols_sorted[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    for s, e in zip(starts, ends):
+        members = order[s:e]
+        sub = base[:, members]
+        pick = sub.argmin(axis=1)
+        out[:, cols_sorted[s]] = sub[np.arange(len(pick)), pick]
+        arg[:, cols_sorted[s]] = members[pick]
+    return out, arg
+
+
+def _work(st: SeriesState, v: str, budget: SeriesBudget) -> float:
+    """Estimated cost of eliminating ``v`` now (inf for degree >= 3 or over the budget)."""
+    nbrs = st.adj[v]
+    if len(nbrs) > 2:
+        return np.inf
+    size = float(len(st.costs[v]))
+    for u in nbrs:
+        size *= len(st.costs[u])
+    if size > budget.step_work:
+        return np.inf
+    if len(nbrs) == 2 and size / len(st.costs[v]) > budget.table_elements:
+        return np.inf
+    return size
+
+
+def eliminate_series(st: SeriesState, keep: frozenset[str], budget: SeriesBudget) -> None:
+    """Apply reductions, cheapest first, until only ``keep``, degree >= 3 nodes and nodes over
+    the budget are left (or the deadline passes)."""
+    heap = [(_work(st, n, budget), i, n) for i, n in enumerate(st.costs) if n not in keep]
+    heapq.heapify(heap)
+    tick = len(heap)
+    while heap:
+        est, _, v = heapq.heappop(heap)
+        if v not in st.costs or not np.isfinite(est):
+            continue
+        if time.perf_counter() > budget.deadline:
+            return
+        now = _work(st, v, budget)
+        if now != est:  # stale entry: requeue with the current estimate
+            tick += 1
+            heapq.heappush(heap, (now, tick, v))
+            continue
+        nbrs = list(st.adj[v])
+        c_v = st.costs[v]
+        if len(nbrs) == 0:
+            s = int(np.argmin(c_v))
+            st.constant += float(c_v[s])
+            st.records.append(("root", v, s))
+            st.remove(v)
+        elif len(nbrs) == 1:
+            u = nbrs[0]
+            val = c_v[:, None] + st.adj[v][u]  # [S_v, S_u]
+            arg = val.argmin(axis=0)
+            st.costs[u] = st.costs[u] + val[arg, np.arange(val.shape[1])]
+            st.records.append(("leaf", v, u, arg))
+            st.remove(v)
+        else:
+            u, w = nbrs
+            out, arg = min_plus(st.adj[v][u].T, c_v, st.adj[v][w])
+            st.records.append(("series", v, u, w, arg))
+            st.remove(v)
+            st.add_edge(u, w, out)
+        for n in nbrs:
+            if n not in keep:
+                tick += 1
+                heapq.heappush(heap, (_work(st, n, budget), tick, n))
+
+
+def recover_series(st: SeriesState, kept: dict[str, int]) -> dict[str, int]:
+    """Every node's strategy from the strategies of the nodes left (``kept``), newest first."""
+    chosen = dict(kept)
+    for rec in reversed(st.records):
+        if rec[0] == "root":
+            chosen[rec[1]] = rec[2]
+        elif rec[0] == "leaf":
+            chosen[rec[1]] = int(rec[3][chosen[rec[2]]])
+        else:
+            chosen[rec[1]] = int(rec[4][chosen[rec[2]], chosen[rec[3]]])
+    return chosen
