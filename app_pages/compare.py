@@ -12,6 +12,7 @@ from dashboard.graph_view import dag_figure, dag_layout, op_rows
 from dashboard.widgets import context_caption, need_model, need_topology, show_chart
 from taps_core.plan import Plan
 from taps_core.planner import NotFitting, reduction
+from taps_core.explain import replication_warning, slow_baseline_warning
 from taps_core.report import compare_to_json, describe, fmt_seconds
 
 BASELINES = ("volume", "megatron", "data_parallel")
@@ -38,13 +39,18 @@ def main() -> None:
         other = plans[label]
         if isinstance(other, Plan):
             r = reduction(taps, other)
+            ratio = other.total_time_s / max(taps.total_time_s, 1e-30)
             col.metric(
                 f"TAPS vs {plan_name(label)}",
                 f"{abs(100 * r):.0f}% {'less' if r >= 0 else 'more'} comm.",
-                help="Communication time per step of TAPS relative to this plan",
+                delta=f"its step takes {ratio:.2g}× TAPS's",
+                delta_color="off",
+                help="Communication time per step of TAPS relative to this plan; below, how "
+                "much longer this plan's whole step (compute + communication) is",
             )
             col.caption(
-                f"{fmt_seconds(taps.comm_time_s)} vs {fmt_seconds(other.comm_time_s)} per step"
+                f"comm {fmt_seconds(taps.comm_time_s)} vs {fmt_seconds(other.comm_time_s)}; "
+                f"step {fmt_seconds(taps.total_time_s)} vs {fmt_seconds(other.total_time_s)}"
             )
         else:
             col.metric(f"TAPS vs {plan_name(label)}", "does not fit")
@@ -52,6 +58,24 @@ def main() -> None:
         if isinstance(p, NotFitting):
             st.warning(f"**{plan_name(label)}** has no plan: {p.reason}")
     show_chart(time_figure(plans), "compare_time")
+    with st.container(border=True):
+        st.markdown("#### Why these plans differ")
+        for label in BASELINES:
+            other = plans[label]
+            if isinstance(other, Plan):
+                text = slow_baseline_warning(taps, other, graph, plan_name(label))
+                if text:
+                    st.warning(text)
+        warning = replication_warning(taps)
+        if warning:
+            st.warning(f"TAPS: {warning}")
+        with st.spinner("Pricing TAPS's decisions against their runner-ups…"):
+            found = cache.why(
+                ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes
+            )
+        if not isinstance(found, cache.Failure):
+            for d in found:
+                st.markdown(f"- TAPS: {d.words}")
     with st.expander("Each plan in words"):
         for label, p in plans.items():
             words = describe(p) if isinstance(p, Plan) else f"does not fit ({p.reason})"
@@ -83,9 +107,9 @@ def main() -> None:
             highlight=differ,
             baseline=plan_name(label),
             layout=lay,
-            title=f"TAPS plan; ops sharded differently by {plan_name(label)} ringed in red",
+            title=f"TAPS plan; ops split differently by {plan_name(label)} ringed in red",
         ),
-        "compare_dag",
+        "compare_graph",
     )
     if differ:
         others = {op.name: op for op in other.ops}
@@ -114,7 +138,7 @@ def main() -> None:
     st.download_button(
         "Comparison JSON",
         lambda: json.dumps(compare_to_json(plans), indent=1),
-        file_name="taps-compare.json",
+        file_name=f"{ctx.file_stem('compare')}.json",
         mime="application/json",
         on_click="ignore",
         key="dl_compare",

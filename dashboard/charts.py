@@ -6,6 +6,7 @@ least 12 px, and a fixed template, so the PNG/SVG export and the HTML report loo
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
@@ -30,7 +31,7 @@ SHARDING_COLORS = {
     "row": "#009E73",
     "2-D": "#CC79A7",
     "expert": "#D55E00",
-    "sequence": "#56B4E9",
+    "sequence": "#F0E442",  # yellow, not a second blue
 }
 PLAN_COLORS = {
     "taps": "#D55E00",
@@ -119,7 +120,9 @@ def chart_config(fmt: str, name: str) -> dict:
 
 
 def fmt_gib(nbytes: float) -> str:
-    """Bytes as GiB with three significant digits (memory is sized in GiB)."""
+    """Bytes as GiB with three significant digits, or MiB below 1 GiB (never "0.0476 GiB")."""
+    if abs(nbytes) < GiB:
+        return f"{nbytes / 2**20:.3g} MiB"
     return f"{nbytes / GiB:.3g} GiB"
 
 
@@ -130,27 +133,37 @@ def plan_name(label: str) -> str:
 # ---- plan page ------------------------------------------------------------------------------
 
 
+def memory_parts(plan: Plan) -> dict[str, float]:
+    """Non-zero parts of the memory per device (bytes), whatever parts the engine reports."""
+    parts = dataclasses.asdict(plan.memory) if dataclasses.is_dataclass(plan.memory) else {}
+    return {k: float(v) for k, v in parts.items() if isinstance(v, (int, float)) and v > 0}
+
+
 def memory_figure(plan: Plan) -> go.Figure:
-    """Memory per device as one stacked bar (parameters, gradients, optimizer, activations)."""
+    """Memory per device as one stacked bar (only the parts this mode holds)."""
     fig = go.Figure()
     m = plan.memory
-    for part, color in MEMORY_PARTS:
-        value = getattr(m, part) / GiB
+    colors = dict(MEMORY_PARTS)
+    extra = iter(OP_KIND_COLORS[4:])
+    parts = memory_parts(plan)
+    unit, scale = ("GiB", GiB) if m.total >= GiB else ("MiB", 2**20)
+    for part, nbytes in parts.items():
+        name = part.replace("_", " ")
         fig.add_bar(
             y=["per device"],
-            x=[value],
+            x=[nbytes / scale],
             orientation="h",
-            name=part,
-            marker_color=color,
-            hovertemplate=f"{part}: %{{x:.3g}} GiB<extra></extra>",
+            name=name,
+            marker_color=colors.get(part) or next(extra, "#999999"),
+            hovertemplate=f"{name}: %{{x:.3g}} {unit}<extra></extra>",
         )
-    limit = plan.memory_limit_bytes / GiB
-    total = m.total / GiB
+    limit = plan.memory_limit_bytes / scale
+    total = m.total / scale
     if total >= 0.2 * limit:  # near the limit: show both to scale
         fig.add_vline(
             x=limit,
             line=dict(color="#b91c1c", dash="dash", width=2),
-            annotation=dict(text=f"limit {limit:.3g} GiB", font=dict(size=12)),
+            annotation=dict(text=f"limit {fmt_gib(plan.memory_limit_bytes)}", font=dict(size=12)),
         )
         fig.update_xaxes(range=[0, max(limit, total) * 1.08])
     else:  # far below it: zoom on the bar, say where the limit is
@@ -162,16 +175,16 @@ def memory_figure(plan: Plan) -> go.Figure:
             yref="paper",
             xanchor="right",
             yanchor="bottom",
-            text=f"limit {limit:.3g} GiB: off scale →",
+            text=f"limit {fmt_gib(plan.memory_limit_bytes)}: off scale →",
             showarrow=False,
             font=dict(size=12, color="#b91c1c"),
         )
     fig.update_layout(barmode="stack")
     return style(
         fig,
-        f"Memory per device: {fmt_gib(m.total)} of {limit:.0f} GiB",
-        x="memory per device (GiB)",
-        height=230,
+        f"Memory per device: {fmt_gib(m.total)} of {fmt_gib(plan.memory_limit_bytes)}",
+        x=f"memory per device ({unit})",
+        height=250,
     )
 
 
@@ -383,9 +396,7 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
             continue  # never fits: no legend entry (the page says why)
 
         def ms(attr: str, priced: list = priced) -> list[float | None]:
-            return [
-                getattr(q, attr) * 1e3 if q is not None and q.fits else None for q in priced
-            ]
+            return [getattr(q, attr) * 1e3 if q is not None and q.fits else None for q in priced]
 
         total, comm, comp = ms("total_time_s"), ms("comm_time_s"), ms("compute_time_s")
         ys += [v for v in (*total, *comm, *comp) if v]

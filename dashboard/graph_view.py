@@ -8,13 +8,15 @@ come from networkx's topological generations (x) and the order inside a generati
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 import plotly.graph_objects as go
 
 from dashboard.charts import FONT, SHARDING_COLORS, style
+from taps_core.explain import layer_relative_names
 from taps_core.graph import OpGraph
 from taps_core.plan import OpPlan, Plan
 from taps_core.report import (
@@ -30,21 +32,7 @@ MAX_VISIBLE_GENERATIONS = 28  # wider graphs open zoomed on their start (labels 
 
 def _relative_names(plan: Plan) -> dict[str, str]:
     """Op name without its layer's common dotted prefix (``L3.attn.q`` -> ``attn.q``)."""
-    by_layer: dict[int, list[str]] = {}
-    for op in plan.ops:
-        if op.layer is not None:
-            by_layer.setdefault(op.layer, []).append(op.name)
-    out = {op.name: op.name for op in plan.ops}
-    for names in by_layer.values():
-        # common dotted prefix, compared part by part ("L3." or "S3.B2.")
-        parts = [n.split(".") for n in names]
-        common = 0
-        while all(len(p) > common + 1 and p[common] == parts[0][common] for p in parts):
-            common += 1
-        prefix = "".join(f"{p}." for p in parts[0][:common])
-        for name in names:
-            out[name] = name[len(prefix) :] or name
-    return out
+    return layer_relative_names(plan.ops)
 
 
 @dataclass(frozen=True)
@@ -118,15 +106,45 @@ def dag_layout(plan: Plan, graph: OpGraph, *, expand: bool = False) -> DagLayout
         gen = sorted(gen, key=index.__getitem__)
         for i, name in enumerate(gen):
             pos[name] = (float(x), (len(gen) - 1) / 2 - i)
-    blocks = []
-    if not expand:
-        by_rep: dict[int, list[str]] = {}
-        for name in shown:
-            layer = plan.ops[index[name]].layer
-            if layer is not None and groups.count.get(layer, 1) > 1:
-                by_rep.setdefault(layer, []).append(name)
-        blocks = [(layer, groups.count[layer], tuple(names)) for layer, names in by_rep.items()]
+    by_layer: dict[int, list[str]] = {}  # every shown layer gets a box and a label
+    for name in shown:
+        layer = plan.ops[index[name]].layer
+        if layer is not None:
+            by_layer.setdefault(layer, []).append(name)
+    blocks = [
+        (layer, 1 if expand else groups.count.get(layer, 1), tuple(names))
+        for layer, names in by_layer.items()
+    ]
     return DagLayout(tuple(shown), pos, tuple(dag.edges), tuple(blocks), groups)
+
+
+def inside_class(op: OpPlan) -> str:
+    """Sharding class of an op's split inside a host alone (replicated inside = grey)."""
+    return sharding_class(replace(op, strategy=replace(op.strategy, inter=())))
+
+
+def across_state(op: OpPlan, nodes: int) -> str:
+    """``split`` (uses every host), ``repeated`` (hosts repeat it) or ``single`` (one host)."""
+    if nodes <= 1:
+        return "single"
+    return "split" if math.prod(f for _, f in op.strategy.inter) == nodes else "repeated"
+
+
+def label_chars(lay: DagLayout, width_px: int = 1100) -> int:
+    """Characters a label may use so neighbours never overlap (0: no labels).
+
+    Labels alternate above and below their node column by column, so a label may span two
+    columns; at 12 px a character is about 7 px wide. Columns closer than 30 px get none.
+    """
+    columns = min(
+        int(max((x for x, _ in lay.pos.values()), default=0)) + 1, MAX_VISIBLE_GENERATIONS
+    )
+    per_column = width_px / max(columns, 1)
+    return 0 if per_column < 30 else max(4, int(2 * per_column / 7) - 1)
+
+
+def _short(name: str, chars: int) -> str:
+    return name if len(name) <= chars else name[: max(chars - 1, 1)] + "…"
 
 
 def _hover(op: OpPlan, graph: OpGraph, copies: int, differs: int | None, baseline: str) -> str:
@@ -179,61 +197,94 @@ def dag_figure(
         hoverinfo="skip",
         showlegend=False,
     )
+    shapes, notes = [], []
     for layer, copies, names in lay.blocks:
         xs = [lay.pos[n][0] for n in names]
         ys = [lay.pos[n][1] for n in names]
-        fig.add_shape(
-            type="rect",
-            x0=min(xs) - 0.45,
-            x1=max(xs) + 0.45,
-            y0=min(ys) - 0.8,
-            y1=max(ys) + 0.8,
-            line=dict(color="#6b7280", dash="dot", width=1.5),
-            fillcolor="rgba(107,114,128,0.07)",
-            layer="below",
+        shapes.append(
+            dict(
+                type="rect",
+                x0=min(xs) - 0.45,
+                x1=max(xs) + 0.45,
+                y0=min(ys) - 0.8,
+                y1=max(ys) + 0.8,
+                line=dict(color="#6b7280", dash="dot", width=1.5),
+                fillcolor="rgba(107,114,128,0.07)" if copies > 1 else "rgba(0,0,0,0)",
+                layer="below",
+            )
         )
-        fig.add_annotation(
-            x=(min(xs) + max(xs)) / 2,
-            y=max(ys) + 0.8,
-            yanchor="bottom",
-            text=f"<b>layer {layer} ×{copies}</b>",
-            showarrow=False,
-            font=dict(size=13, color="#374151"),
+        notes.append(
+            dict(
+                x=(min(xs) + max(xs)) / 2,
+                y=max(ys) + 0.8,
+                yanchor="bottom",
+                text=f"<b>layer {layer}" + (f" ×{copies}</b>" if copies > 1 else "</b>"),
+                showarrow=False,
+                font=dict(size=13 if copies > 1 else 12, color="#374151"),
+            )
         )
-    by_class: dict[str, list[str]] = {}
+    fig.update_layout(shapes=shapes, annotations=notes)  # at once: add_shape is quadratic
+    nodes = plan.nodes
+    by_class: dict[tuple[str, str], list[str]] = {}
     for name in lay.nodes:
-        by_class.setdefault(sharding_class(ops[name]), []).append(name)
-    many = len(lay.nodes) > 400
-    for klass in SHARDING_CLASSES:
-        names = by_class.get(klass)
-        if not names:
-            continue
-        copies = [len(lay.groups.members[n]) if not expand else 1 for n in names]
-        diffs = [
-            sum(m in highlight for m in (lay.groups.members[n] if not expand else (n,)))
-            for n in names
-        ]
-        fig.add_scatter(
-            x=[lay.pos[n][0] for n in names],
-            y=[lay.pos[n][1] for n in names],
-            mode="markers" if many else "markers+text",
-            name=klass,
-            text=[lay.groups.relative.get(n, n) for n in names],
-            textposition=[
-                "top center" if int(lay.pos[n][0]) % 2 == 0 else "bottom center" for n in names
-            ],
-            textfont=dict(size=12, color="#374151"),
-            marker=dict(
-                size=16,
-                color=SHARDING_COLORS[klass],
-                symbol="circle",
-                line=dict(color="white", width=1),
-            ),
-            hovertext=[
-                _hover(ops[n], graph, c, d, baseline) for n, c, d in zip(names, copies, diffs)
-            ],
-            hoverinfo="text",
+        by_class.setdefault((inside_class(ops[name]), across_state(ops[name], nodes)), []).append(
+            name
         )
+    many = len(lay.nodes) > 400
+    chars = label_chars(lay)
+    shown_classes: set[str] = set()
+    for klass in SHARDING_CLASSES:
+        for state in ("split", "repeated", "single"):
+            names = by_class.get((klass, state))
+            if not names:
+                continue
+            copies = [len(lay.groups.members[n]) if not expand else 1 for n in names]
+            diffs = [
+                sum(m in highlight for m in (lay.groups.members[n] if not expand else (n,)))
+                for n in names
+            ]
+            color = SHARDING_COLORS[klass]
+            fig.add_scatter(
+                x=[lay.pos[n][0] for n in names],
+                y=[lay.pos[n][1] for n in names],
+                mode="markers" if many or chars == 0 else "markers+text",
+                name=klass,
+                legendgroup=klass,
+                showlegend=klass not in shown_classes,
+                text=[_short(lay.groups.relative.get(n, n), chars) for n in names],
+                textposition=[
+                    "top center" if int(lay.pos[n][0]) % 2 == 0 else "bottom center" for n in names
+                ],
+                textfont=dict(size=12, color="#374151"),
+                marker=dict(
+                    size=16,
+                    color="white" if state == "repeated" else color,
+                    symbol="circle",
+                    line=dict(
+                        color={"split": "#111827", "repeated": color}.get(state, "white"),
+                        width=3 if state != "single" else 1,
+                    ),
+                ),
+                hovertext=[
+                    _hover(ops[n], graph, c, d, baseline) for n, c, d in zip(names, copies, diffs)
+                ],
+                hoverinfo="text",
+            )
+            shown_classes.add(klass)
+    if nodes > 1:  # legend keys for the across-hosts encoding
+        for label, marker in (
+            (
+                "dark ring: also split across hosts",
+                dict(color="#9ca3af", line=dict(color="#111827", width=3)),
+            ),
+            (
+                "hollow: every host repeats it",
+                dict(color="white", line=dict(color="#6b7280", width=3)),
+            ),
+        ):
+            fig.add_scatter(
+                x=[None], y=[None], mode="markers", name=label, marker=dict(size=16, **marker)
+            )
     if highlight:  # rings drawn over the class markers, so legend swatches stay plain
         ringed = [
             n
@@ -248,7 +299,7 @@ def dag_figure(
             hoverinfo="skip",
             marker=dict(size=24, symbol="circle-open", color="#dc2626", line=dict(width=3)),
         )
-    if lay.blocks:
+    if any(copies > 1 for _, copies, _ in lay.blocks):
         fig.add_scatter(
             x=[None],
             y=[None],
@@ -277,7 +328,7 @@ def dag_figure(
     what = "all layers" if expand else "identical layers folded"
     fig = style(
         fig,
-        title or f"Operator graph of {plan.model_name}: sharding per op ({what})",
+        title or f"Operator graph: how each op is split ({what})",
         x="execution order, left to right (one column per dependency level)",
         height=min(height, 640),
         legend_title="sharding",

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from dashboard.charts import fmt_gib
 from taps_core.plan import Plan
 from taps_core.report import describe, fmt_bytes, fmt_seconds
 
@@ -30,6 +31,7 @@ def busiest_link_rows(plan: Plan, top: int | None = None) -> list[dict[str, obje
         }
         for k in ranked[:top]
     ]
+
 
 GiB = 2**30
 CSS = """
@@ -60,7 +62,9 @@ def _table(rows: Sequence[dict], limit: int | None = None) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def html_report(plan: Plan, figures: Sequence[go.Figure], *, rows: Sequence[dict] = ()) -> str:
+def html_report(
+    plan: Plan, figures: Sequence[go.Figure], *, rows: Sequence[dict] = (), url: str = ""
+) -> str:
     """The report as one HTML string (a few MB: plotly.js is inside)."""
     headline = [
         {"figure": "step time", "value": fmt_seconds(plan.total_time_s)},
@@ -70,8 +74,7 @@ def html_report(plan: Plan, figures: Sequence[go.Figure], *, rows: Sequence[dict
         {"figure": "inter-node bytes", "value": fmt_bytes(plan.inter_node_bytes)},
         {
             "figure": "memory per device",
-            "value": f"{plan.memory.total / GiB:.3g} GiB of "
-            f"{plan.memory_limit_bytes / GiB:.0f} GiB",
+            "value": f"{fmt_gib(plan.memory.total)} of {fmt_gib(plan.memory_limit_bytes)}",
         },
         {
             "figure": "search",
@@ -100,6 +103,7 @@ def html_report(plan: Plan, figures: Sequence[go.Figure], *, rows: Sequence[dict
 <p><b>Plan:</b> {html.escape(describe(plan))}</p>
 <p>Searched with the {html.escape(plan.cost_model)} cost model; all figures use the
 topology-aware link model.</p>
+{f'<p>View: <a href="{html.escape(url)}">{html.escape(url)}</a></p>' if url else ""}
 {_table(headline)}
 {"".join(charts)}
 <h2>Per-op strategies</h2>

@@ -447,6 +447,7 @@ DEFAULTS: dict[str, Any] = {
     "explain_gb": 1.0,
     "topo_overlay": True,
     "editor_gen": 0,
+    "model_has_seq": True,
 }
 # keys that must survive pages that do not draw their widget (Streamlit drops those otherwise)
 PERSISTENT = (*DEFAULTS, "batch", "seq", "dtype")
@@ -461,10 +462,13 @@ def model_defaults(name: str, upload: dict[str, str] | None = None) -> dict[str,
     else:
         cfg = load_model_config(name if name in sample_names() else DEFAULTS["model"])
     dtype = DTYPE_ALIASES.get(cfg.dtype, cfg.dtype)
+    lo_b, hi_b = RANGES["batch"]
+    lo_s, hi_s = RANGES["seq"]
     return {
-        "batch": cfg.batch_size,
-        "seq": cfg.seq_length,
+        "batch": int(min(max(cfg.batch_size, lo_b), hi_b)),
+        "seq": int(min(max(cfg.seq_length, lo_s), hi_s)),
         "dtype": dtype if dtype in DTYPES else "bfloat16",
+        "model_has_seq": getattr(cfg, "model_type", "") != "resnet",
     }
 
 

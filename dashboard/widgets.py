@@ -11,7 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from dashboard import cache
+from dashboard import cache, state
 from dashboard.charts import chart_config
 from dashboard.state import (
     COST_MODELS,
@@ -92,8 +92,11 @@ def sidebar() -> Context:
         if ss.get("upload_error"):
             st.error(ss["upload_error"])
     c1, c2 = sb.columns(2)
-    c1.number_input("Batch size", min_value=1, max_value=1 << 20, step=1, key="batch")
-    c2.number_input("Sequence length", min_value=1, max_value=1 << 22, step=64, key="seq")
+    c1.number_input("Batch size", *state.RANGES["batch"], step=1, key="batch")
+    if ss.get("model_has_seq", True):
+        c2.number_input("Sequence length", *state.RANGES["seq"], step=64, key="seq")
+    else:
+        c2.caption("Images: no sequence length")
     c1, c2 = sb.columns(2)
     c1.selectbox("dtype", DTYPES, key="dtype")
     c2.radio("Mode", MODES, key="mode", format_func=MODE_LABELS.__getitem__, horizontal=True)
@@ -125,8 +128,7 @@ def sidebar() -> Context:
     )
     sb.number_input(
         "Memory limit per GPU (GiB, 0 = the GPU's memory)",
-        min_value=0.0,
-        max_value=1e6,
+        *state.RANGES["mem_gib"],
         step=8.0,
         key="mem_gib",
     )
@@ -147,9 +149,7 @@ def sidebar() -> Context:
 
 def _network_slider(sb: Any, ss: Any) -> None:
     """One control for the network between hosts, whatever the cluster (0 = as built)."""
-    base = cache.resolve_topology(
-        ss["topo"], int(ss["nodes"]), ss["topo_custom"], ss.get("topo_json"), _edits(ss)
-    )
+    base = cache.resolve_topology(*_base_args(ss)[:4], _edits(ss))
     if base.json is None or cache.topology(base.json).nodes < 2:
         return
     own = round(node_inter_bandwidth(cache.topology(base.json)) / 1e9, 6)
@@ -309,9 +309,48 @@ def need_plan(ctx: Context) -> Plan:
             ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
         )
     if isinstance(plan, cache.Failure):
-        st.error(plan.message)
+        message = plan.message
+        if ctx.mode == "infer":  # the engine's hint lists inference among the remedies
+            message = message.replace(" or inference", "").replace(", inference", "")
+        st.error(message)
         st.stop()
     return plan
+
+
+def why_this_plan(ctx: Context, plan: Plan) -> None:
+    """Warnings and the decisions that matter, each priced against its runner-up."""
+    from taps_core.explain import edit_words, replication_warning
+    from taps_core.sweep import reprice
+
+    st.markdown("#### Why this plan")
+    warning = replication_warning(plan)
+    if warning:
+        st.warning(warning)
+    if ctx.edited:
+        res = cache.resolve_topology(*_base_args(st.session_state))
+        if res.json is not None:
+            base = cache.plan(
+                ctx.workload, res.json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
+            )
+            if isinstance(base, Plan):
+                here = reprice(base, need_model(ctx), cache.topology(ctx.topo_json))
+                st.info(edit_words(plan, base, unedited_here=here))
+    with st.spinner("Pricing each decision against its runner-up (one search each)…"):
+        found = cache.why(
+            ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
+        )
+    if isinstance(found, cache.Failure):
+        st.caption(f"Decisions unavailable: {found.message}")
+        return
+    if not found:
+        st.caption("One GPU: there is nothing to split.")
+    for d in found:
+        st.markdown(f"- {d.words}")
+
+
+def _base_args(ss: Any) -> tuple:
+    """resolve_topology arguments of the current cluster without edits or bandwidth change."""
+    return (ss["topo"], int(ss["nodes"]), ss["topo_custom"], ss.get("topo_json"), ())
 
 
 def context_caption(ctx: Context) -> None:
@@ -320,4 +359,37 @@ def context_caption(ctx: Context) -> None:
         f"**{ctx.model}** · batch {ctx.batch} · seq {ctx.seq} · {ctx.dtype} · "
         f"{MODE_LABELS[ctx.mode]} · on **{ctx.topo_label}** · "
         f"search cost model: {COST_LABELS[ctx.cost_model]}"
+    )
+
+
+def page_url() -> str:
+    """The URL that reproduces this view (the browser's address; a placeholder host in tests)."""
+    from urllib.parse import urlencode
+
+    base = (getattr(st.context, "url", None) or "http://localhost:8501/").split("?")[0]
+    return f"{base}?{urlencode(dict(st.query_params))}"
+
+
+def op_table(rows: list[dict], *, extra: tuple[str, ...] = ()) -> None:
+    """The per-op table, narrow enough for the page (the compact strategy label is in the
+    graph's hover and the JSON; the words say the same)."""
+    order = ["op", "kind", "layer", "× layers", *extra, "in words", "sharding"]
+    order += ["compute (ms)", "comm (ms)", "comm (MB)"]
+    number = st.column_config.NumberColumn
+    st.dataframe(
+        rows,
+        hide_index=True,
+        width="stretch",
+        column_order=[c for c in order if not rows or c in rows[0]],
+        column_config={
+            "op": st.column_config.TextColumn(width="medium"),
+            "kind": st.column_config.TextColumn(width="small"),
+            "layer": st.column_config.TextColumn(width="small"),
+            "× layers": number(width="small"),
+            "in words": st.column_config.TextColumn(width="large"),
+            "sharding": st.column_config.TextColumn(width="medium"),
+            "compute (ms)": number(format="%.4g", width="small"),
+            "comm (ms)": number(format="%.4g", width="small"),
+            "comm (MB)": number(format="%.4g", width="small"),
+        },
     )

@@ -283,7 +283,12 @@ def decisions(
             tail = (
                 f"saves {fmt_seconds(max(saved, 0.0))} per step "
                 f"({100 * max(saved, 0.0) / max(other.total_time_s, 1e-30):.0f}%) over the "
-                f"runner-up, which would use {runner} for these ops"
+                "runner-up, which would "
+                + (
+                    "leave these ops replicated"
+                    if runner == "replicated"
+                    else f"use {runner} for these ops"
+                )
             )
         words = f"**{what}** ({100 * share:.0f}% of compute): {tail}."
         out.append(Decision(what, share, saved, runner, words))
@@ -334,6 +339,46 @@ def _indivisible(plan: Plan, graph: Any) -> str:
     )
 
 
+def _diff(new: Plan, old: Plan, max_ops: int) -> tuple[str, list[str]]:
+    """(what changes from ``old`` to ``new`` per level, why-clauses about ``new``)."""
+    rel = layer_relative_names(new.ops)
+    changed = [(a, b) for a, b in zip(new.ops, old.ops) if a.strategy != b.strategy]
+    names = list(dict.fromkeys(rel[a.name] for a, _ in changed))
+    share = sum(a.compute_s for a, _ in changed) / max(new.compute_time_s, 1e-30)
+    moves = []
+    for level, where in (("inter", "across hosts"), ("intra", "inside hosts")):
+        weight: Counter[tuple[str, str]] = Counter()
+        for a, b in changed:
+            pair = (_level_words(b.strategy.level(level)), _level_words(a.strategy.level(level)))
+            weight[pair] += a.compute_s + b.compute_s + a.comm_time_s + b.comm_time_s
+        (was, now), _ = weight.most_common(1)[0] if weight else (("", ""), 0)
+        if was != now:
+            moves.append(f"{where}, {was} becomes {now}")
+    more = f" and {len(names) - max_ops} more" if len(names) > max_ops else ""
+    what = (
+        f"{len(changed)} op(s) change ({', '.join(names[:max_ops])}{more}; "
+        f"{100 * share:.0f}% of compute): "
+        + ("; ".join(moves) if moves else "their layouts change")
+        + "."
+    )
+    why = []
+    d_inter = new.inter_node_bytes - old.inter_node_bytes
+    d_compute = new.compute_time_s - old.compute_time_s
+    d_intra = new.intra_node_bytes - old.intra_node_bytes
+    if d_inter:
+        more = "less" if d_inter < 0 else "more"
+        why.append(f"sends {fmt_bytes(abs(d_inter))} {more} across hosts per step")
+    if d_intra > 0:
+        why.append(f"moves {fmt_bytes(d_intra)} more inside hosts")
+    if d_compute > 1e-12:
+        rep = replicated_share(new) - replicated_share(old)
+        why.append(
+            f"pays {fmt_seconds(d_compute)} more compute"
+            + (f" (hosts now repeat {100 * rep:.0f}% more of the compute)" if rep > 0.01 else "")
+        )
+    return what, why
+
+
 def change_words(
     below: Plan,
     above: Plan,
@@ -344,46 +389,11 @@ def change_words(
     max_ops: int = 3,
 ) -> str:
     """Why TAPS's plan at ``low_Bps`` (``below``) differs from the one at ``high_Bps``."""
-    rel = layer_relative_names(below.ops)
-    changed = [(a, b) for a, b in zip(below.ops, above.ops) if a.strategy != b.strategy]
-    names = list(dict.fromkeys(rel[a.name] for a, _ in changed))
-    share = sum(a.compute_s for a, _ in changed) / max(below.compute_time_s, 1e-30)
-    moves = []
-    for level, where in (("inter", "across hosts"), ("intra", "inside hosts")):
-        weight: Counter[tuple[str, str]] = Counter()
-        for a, b in changed:
-            pair = (_level_words(b.strategy.level(level)), _level_words(a.strategy.level(level)))
-            weight[pair] += a.compute_s + b.compute_s + a.comm_time_s + b.comm_time_s
-        (up, down), _ = weight.most_common(1)[0] if weight else (("", ""), 0)
-        if up != down:
-            moves.append(f"{where}, {up} becomes {down}")
-    shown = ", ".join(names[:max_ops]) + (
-        f" and {len(names) - max_ops} more" if len(names) > max_ops else ""
-    )
-    head = (
+    what, why = _diff(below, above, max_ops)
+    text = (
         f"Below {math.sqrt(low_Bps * high_Bps) / 1e9:.2g} GB/s per host (between "
-        f"{low_Bps / 1e9:.3g} and {high_Bps / 1e9:.3g}) TAPS changes {len(changed)} op(s) "
-        f"({shown}; {100 * share:.0f}% of compute): "
-        + ("; ".join(moves) if moves else "their layouts change")
-        + "."
+        f"{low_Bps / 1e9:.3g} and {high_Bps / 1e9:.3g}) {what}"
     )
-    why = []
-    d_inter = below.inter_node_bytes - above.inter_node_bytes
-    d_compute = below.compute_time_s - above.compute_time_s
-    d_intra = below.intra_node_bytes - above.intra_node_bytes
-    if d_inter < 0:
-        why.append(f"sends {fmt_bytes(-d_inter)} less across hosts per step")
-    elif d_inter > 0:
-        why.append(f"sends {fmt_bytes(d_inter)} more across hosts per step")
-    if d_intra > 0:
-        why.append(f"moves {fmt_bytes(d_intra)} more inside hosts")
-    if d_compute > 1e-12:
-        rep = replicated_share(below) - replicated_share(above)
-        why.append(
-            f"pays {fmt_seconds(d_compute)} more compute"
-            + (f" (hosts now repeat {100 * rep:.0f}% more of the compute)" if rep > 0.01 else "")
-        )
-    text = head
     if why:
         text += " The slower-network plan " + ", ".join(why) + "."
     if above_at_low is not None:
@@ -391,5 +401,29 @@ def change_words(
             f" Because at {low_Bps / 1e9:.3g} GB/s the faster-network plan would take "
             f"{fmt_seconds(above_at_low.total_time_s)} per step (communication "
             f"{fmt_seconds(above_at_low.comm_time_s)}), against {fmt_seconds(below.total_time_s)}."
+        )
+    return text
+
+
+def edit_words(plan: Plan, unedited: Plan, *, unedited_here: Plan | None = None) -> str:
+    """How and why ``plan`` differs from the plan of the cluster before the user's edits.
+
+    ``unedited_here`` is the unedited cluster's plan costed on the edited cluster.
+    """
+    if all(a.strategy == b.strategy for a, b in zip(plan.ops, unedited.ops)):
+        return (
+            f"TAPS keeps the plan of the unedited {unedited.topology_name}: step "
+            f"{fmt_seconds(plan.total_time_s)} here against {fmt_seconds(unedited.total_time_s)} "
+            "there."
+        )
+    what, why = _diff(plan, unedited, 3)
+    text = f"Against the unedited {unedited.topology_name}, {what}"
+    if why:
+        text += " This plan " + ", ".join(why) + "."
+    if unedited_here is not None:
+        text += (
+            f" Because on this cluster the unedited cluster's plan would take "
+            f"{fmt_seconds(unedited_here.total_time_s)} per step (communication "
+            f"{fmt_seconds(unedited_here.comm_time_s)}), against {fmt_seconds(plan.total_time_s)}."
         )
     return text

@@ -116,6 +116,29 @@ def coarse_to_fine(n: int) -> list[int]:
     return order
 
 
+def reprice(plan: Plan, graph: OpGraph, topology: Topology) -> Plan | None:
+    """``plan``'s strategies costed on another ``topology`` of the same shape, or None when
+    that is not possible (another cluster shape, or an engine API this code does not know)."""
+    from taps_core.linkmodel import LinkModel
+    from taps_core.plan import evaluate
+
+    if (plan.nodes, plan.gpus_per_node) != (topology.nodes, topology.gpus_per_node):
+        return None
+    try:
+        return evaluate(
+            graph,
+            LinkModel(topology),
+            plan.mode,
+            plan.strategies,
+            label=plan.label,
+            cost_model=plan.cost_model,
+            search=plan.search,
+            memory_limit_bytes=plan.memory_limit_bytes,
+        )
+    except (TypeError, AttributeError, KeyError, TapsError):
+        return None
+
+
 # ---- results ------------------------------------------------------------------------------------
 
 
@@ -314,31 +337,12 @@ class SweepRun:
 
     def _reprice(self, plan: Plan, bw: float) -> Plan | None:
         """``plan``'s strategies costed at ``bw``; None if the engine cannot re-cost faithfully."""
-        from taps_core.linkmodel import LinkModel
-        from taps_core.plan import evaluate
-
-        def cost(topo: Topology) -> Plan:
-            return evaluate(
-                self.graph,
-                LinkModel(topo),
-                self.mode,
-                plan.strategies,
-                label=plan.label,
-                cost_model=plan.cost_model,
-                search=plan.search,
-                memory_limit_bytes=plan.memory_limit_bytes,
+        if self._reprice_ok is None:  # once: re-costing a plan where it was found must agree
+            same = reprice(plan, self.graph, self._topology_at(self._bandwidth_of(plan)))
+            self._reprice_ok = same is not None and math.isclose(
+                same.total_time_s, plan.total_time_s, rel_tol=1e-9, abs_tol=1e-15
             )
-
-        try:
-            if self._reprice_ok is None:  # once: re-costing a plan where it was found must agree
-                same = cost(self._topology_at(self._bandwidth_of(plan)))
-                self._reprice_ok = math.isclose(
-                    same.total_time_s, plan.total_time_s, rel_tol=1e-9, abs_tol=1e-15
-                )
-            return cost(self._topology_at(bw)) if self._reprice_ok else None
-        except (TypeError, AttributeError, TapsError):  # an engine API this code does not know
-            self._reprice_ok = False
-            return None
+        return reprice(plan, self.graph, self._topology_at(bw)) if self._reprice_ok else None
 
     def _bandwidth_of(self, plan: Plan) -> float:
         return next(bw for (lb, bw), p in self._plans.items() if p is plan)
