@@ -10,9 +10,9 @@ from dashboard import cache, state
 from dashboard.charts import link_diff_figure, plan_name, time_figure
 from dashboard.graph_view import dag_figure, dag_layout, op_rows
 from dashboard.widgets import context_caption, need_model, need_topology, show_chart
+from taps_core.explain import replication_warning, slow_baseline_warning
 from taps_core.plan import Plan
 from taps_core.planner import NotFitting, reduction
-from taps_core.explain import replication_warning, slow_baseline_warning
 from taps_core.report import compare_to_json, describe, fmt_seconds
 
 BASELINES = ("volume", "megatron", "data_parallel")
