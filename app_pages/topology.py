@@ -1,17 +1,29 @@
-"""Topology: build or load a cluster, draw it (with the plan's traffic), edit or cut links,
-and save it as JSON. What this page ends with is the cluster every other page plans on."""
+"""Topology: the cluster drawn as you plan on it. Click a link or a device on the drawing to
+select it, then change its bandwidth, cut it, or add a link from it; add hosts; build or load a
+cluster; save it as JSON. What this page ends with is the cluster every other page plans on."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pandas as pd
 import streamlit as st
 
 from dashboard import cache, state
-from dashboard.state import CUSTOM, GPUS, BuildSpec, LinkEdit, active_edits, topology_url
+from dashboard.state import (
+    ADD_HOST,
+    CUSTOM,
+    GPUS,
+    LINK_KINDS,
+    BuildSpec,
+    LinkEdit,
+    active_edits,
+    topology_url,
+    with_edit,
+)
 from dashboard.topology_view import topology_figure
 from dashboard.widgets import need_topology, show_chart
-from taps_core.errors import TapsError
-from taps_core.topology_io import MAX_FILE_BYTES, loads
+from taps_core.topology_io import MAX_FILE_BYTES, dumps, loads
 
 BUILD_KEYS = {  # form widget key -> BuildSpec field
     "b_nodes": "nodes",
@@ -40,84 +52,167 @@ def _use_upload() -> None:
     f = ss.get("topo_file")
     if f is None:
         return
-    data = f.getvalue()
+    if f.size > MAX_FILE_BYTES:  # refused before reading
+        ss["topo_upload_error"] = (
+            f"topology file size must be <= {MAX_FILE_BYTES} bytes; got {f.size}"
+        )
+        return
     try:
-        if len(data) > MAX_FILE_BYTES:
-            raise ValueError(
-                f"topology file size must be <= {MAX_FILE_BYTES} bytes; got {len(data)}"
-            )
-        text = data.decode("utf-8", errors="replace")
+        text = f.getvalue().decode("utf-8")
         loads(text)
-    except (TapsError, ValueError) as err:
-        ss["topo_upload_error"] = str(err)
+    except cache.LOADER_ERRORS as err:
+        ss["topo_upload_error"] = cache._message(err)
         return
     ss["topo_upload_error"] = None
     ss["topo_json"], ss["topo_custom"], ss["topo"] = text, "json", CUSTOM
 
 
-def _reset_edits() -> None:
+def _set_edits(edits: tuple[LinkEdit, ...]) -> None:
+    """Store edits of the current base and re-seed the links table."""
     ss = st.session_state
-    ss["edits"] = ()
+    ss["edits"], ss["edits_base"] = edits, topology_url(ss)
     ss["editor_gen"] += 1
     ss.pop("editor_seed", None)
 
 
-def build_section() -> None:
+def _reset_edits() -> None:
+    _set_edits(())
+    st.session_state.pop("topo_selected", None)
+
+
+def build_section(current) -> None:
+    """The build form, starting from the cluster planned now (re-seeded when it changes)."""
     ss = st.session_state
-    try:
-        current = BuildSpec.parse(ss["topo_custom"]) if ss["topo_custom"] != "json" else BuildSpec()
-    except TapsError:
-        current = BuildSpec()
-    for key, field in BUILD_KEYS.items():
-        ss.setdefault(key, getattr(current, field))
+    if ss.get("b_seed") != current.name + str(current.nodes) + str(len(current.links)):
+        spec = BuildSpec.from_topology(current)
+        for key, field in BUILD_KEYS.items():
+            ss[key] = getattr(spec, field)
+        ss["b_seed"] = current.name + str(current.nodes) + str(len(current.links))
+    r = state.BUILD_RANGES
     with (
-        st.expander("Build your own cluster", expanded=ss["topo"] == CUSTOM),
+        st.expander("Build your own cluster (starts from the one shown)", expanded=False),
         st.form("build_form", border=False),
     ):
         c = st.columns(4)
-        c[0].number_input("Nodes", 1, state.MAX_NODES_UI, step=1, key="b_nodes")
-        c[1].number_input("GPUs per node", 1, 16, step=1, key="b_gpus")
-        c[2].selectbox(
-            "Inside a node",
-            ("nvswitch", "pcie"),
-            key="b_intra",
-            help="NVSwitch (every GPU on NVLink) or a PCIe switch",
-        )
+        c[0].number_input("Nodes", *r["nodes"], step=1, key="b_nodes")
+        c[1].number_input("GPUs per node", *r["gpus"], step=1, key="b_gpus")
+        c[2].selectbox("Inside a node", ("nvswitch", "pcie"), key="b_intra")
         c[3].selectbox("GPU", tuple(GPUS), key="b_gpu")
         c = st.columns(4)
         c[0].number_input(
-            "Intra-node bandwidth (GB/s per GPU, each way)",
-            0.1,
-            5000.0,
-            key="b_intra_GBps",
-            help="NVLink to the NVSwitch, or PCIe to the switch",
+            "Intra-node bandwidth (GB/s per GPU, each way)", *r["intra_GBps"], key="b_intra_GBps"
         )
-        c[1].number_input("Intra-node latency (µs)", 0.0, 1000.0, key="b_intra_lat_us")
+        c[1].number_input("Intra-node latency (µs)", *r["intra_lat_us"], key="b_intra_lat_us")
         c[2].number_input(
             "NVLink bridge between GPU pairs (GB/s, PCIe only, 0 = none)",
-            0.0,
-            5000.0,
+            *r["nvlink_pairs_GBps"],
             key="b_nvlink_pairs_GBps",
         )
         c = st.columns(4)
-        c[0].number_input("NICs per node", 1, 16, step=1, key="b_nics")
-        c[1].number_input("Bandwidth per NIC (GB/s each way)", 0.01, 5000.0, key="b_nic_GBps")
-        c[2].number_input("Inter-node latency (µs)", 0.0, 1000.0, key="b_net_lat_us")
+        c[0].number_input("NICs per node", *r["nics"], step=1, key="b_nics")
+        c[1].number_input("Bandwidth per NIC (GB/s each way)", *r["nic_GBps"], key="b_nic_GBps")
+        c[2].number_input("Inter-node latency (µs)", *r["net_lat_us"], key="b_net_lat_us")
         st.form_submit_button("Use this cluster", on_click=_use_build, type="primary")
 
 
 def load_section() -> None:
     ss = st.session_state
     with st.expander("Load a topology JSON (taps-topology/1)"):
-        st.file_uploader("Topology JSON", type=["json"], key="topo_file", on_change=_use_upload)
+        st.file_uploader(
+            f"Topology JSON (at most {MAX_FILE_BYTES // 2**20} MiB)",
+            type=["json"],
+            key="topo_file",
+            on_change=_use_upload,
+        )
         if ss.get("topo_upload_error"):
             st.error(ss["topo_upload_error"])
 
 
+def selection_panel(topo, edits: tuple[LinkEdit, ...]) -> None:
+    """Edit what was clicked on the drawing: a link (bandwidth, latency, cut, restore), a cut
+    link (restore) or a device (add a link from it)."""
+    ss = st.session_state
+    sel = ss.get("topo_selected")
+    links = {frozenset((k.src, k.dst)): k for k in topo.links}
+    with st.container(border=True):
+        if not sel:
+            st.markdown("**Click a link's square or a device on the drawing to edit it.**")
+            return
+        pair = (sel[1], sel[2]) if len(sel) == 3 else None
+        if sel[0] == "cut" and pair:
+            st.markdown(f"**Cut link {pair[0]} – {pair[1]}**")
+            if st.button("Restore this link", key="sel_restore_cut"):
+                _set_edits(with_edit(edits, None, pair))
+                ss.pop("topo_selected", None)
+                st.rerun()
+            return
+        if sel[0] == "link" and pair and frozenset(pair) in links:
+            k = links[frozenset(pair)]
+            st.markdown(
+                f"**Link {k.src} – {k.dst}** ({k.kind}): {k.bandwidth_Bps / 1e9:.4g} GB/s per "
+                f"direction, latency {k.latency_s * 1e6:.3g} µs"
+            )
+            c = st.columns([2, 2, 1, 1, 1])
+            bw = c[0].number_input(
+                "New bandwidth (GB/s each way)",
+                *state.RANGES["edit_GBps"],
+                value=float(f"{k.bandwidth_Bps / 1e9:.6g}"),
+                key=f"sel_bw_{k.src}_{k.dst}",
+            )
+            lat = c[1].number_input(
+                "Latency (µs)",
+                0.0,
+                1e6,
+                value=float(f"{k.latency_s * 1e6:.6g}"),
+                key=f"sel_lat_{k.src}_{k.dst}",
+            )
+            if c[2].button("Apply", type="primary", key="sel_apply"):
+                _set_edits(with_edit(edits, LinkEdit(k.src, k.dst, bw, lat), pair))
+                st.rerun()
+            if c[3].button("Cut link", key="sel_cut"):
+                _set_edits(with_edit(edits, LinkEdit(k.src, k.dst, cut=True), pair))
+                ss["topo_selected"] = ("cut", k.src, k.dst)
+                st.rerun()
+            if any(frozenset((e.src, e.dst)) == frozenset(pair) and not e.add for e in edits) and c[
+                4
+            ].button("Restore", key="sel_restore"):
+                _set_edits(with_edit(edits, None, pair))
+                st.rerun()
+            return
+        if sel[0] == "device":
+            name = sel[1]
+            mine = [k for k in topo.links if name in (k.src, k.dst)]
+            st.markdown(
+                f"**Device {name}**: "
+                + ", ".join(
+                    f"{k.dst if k.src == name else k.src} "
+                    f"({k.kind}, {k.bandwidth_Bps / 1e9:.3g} GB/s)"
+                    for k in mine
+                )
+            )
+            others = [
+                d.name
+                for d in topo.devices
+                if d.name != name and frozenset((name, d.name)) not in links
+            ]
+            c = st.columns([3, 2, 2, 1])
+            dst = c[0].selectbox("Add a link to", others, key="sel_new_dst")
+            kind = c[1].selectbox("Kind", LINK_KINDS, index=2, key="sel_new_kind")
+            bw = c[2].number_input(
+                "Bandwidth (GB/s)", *state.RANGES["edit_GBps"], value=25.0, key="sel_new_bw"
+            )
+            if c[3].button("Add link", key="sel_add") and dst:
+                new = LinkEdit(name, dst, bw, None, add=True, kind=kind)
+                _set_edits((*edits, new))
+                st.rerun()
+            return
+        st.caption("The selection is not part of this cluster any more.")
+
+
 def link_rows(topo_json: str, edits: tuple[LinkEdit, ...]) -> pd.DataFrame:
-    """The base topology's links with ``edits`` shown in them (the editor's starting table)."""
+    """The base topology's links with ``edits`` shown in them (the table's starting values)."""
     topo = cache.topology(topo_json)
-    by_pair = {frozenset((e.src, e.dst)): e for e in edits}
+    by_pair = {frozenset((e.src, e.dst)): e for e in edits if not e.add}
     rows = []
     for k in topo.links:
         e = by_pair.get(frozenset((k.src, k.dst)))
@@ -146,7 +241,8 @@ def edits_from_table(topo_json: str, table: pd.DataFrame) -> tuple[LinkEdit, ...
     return tuple(out)
 
 
-def editor_section(base_json: str) -> None:
+def table_section(base_json: str) -> None:
+    """Every link of the base cluster as an editable table (bulk edits)."""
     ss = st.session_state
     url = topology_url(ss)
     seed = ss.get("editor_seed")
@@ -155,30 +251,35 @@ def editor_section(base_json: str) -> None:
             ss["editor_gen"] += 1
         seed = {"base": url, "edits": active_edits(ss)}
         ss["editor_seed"] = seed
-    st.subheader("Links")
-    st.caption(
-        "Edit a link's bandwidth or latency, or untick **in use** to cut it; the change "
-        "applies at once to every page. Cuts that disconnect the cluster are refused."
+    with st.expander("All links of the cluster as a table"):
+        st.caption(
+            "Edit a link's bandwidth or latency, or untick **in use** to cut it; the change "
+            "applies at once to every page. Cuts that disconnect the cluster are refused."
+        )
+        table = st.data_editor(
+            link_rows(base_json, seed["edits"]),
+            key=f"link_editor_{ss['editor_gen']}",
+            hide_index=True,
+            width="stretch",
+            height=320,
+            disabled=["src", "dst", "kind"],
+            column_config={
+                "bandwidth (GB/s)": st.column_config.NumberColumn(min_value=0.001, format="%.4g"),
+                "latency (µs)": st.column_config.NumberColumn(min_value=0.0, format="%.4g"),
+            },
+        )
+    base_pairs = {frozenset((k.src, k.dst)) for k in cache.topology(base_json).links}
+    current = active_edits(ss)
+    outside = tuple(
+        e
+        for e in current
+        if e.add or e.src == ADD_HOST or frozenset((e.src, e.dst)) not in base_pairs
     )
-    table = st.data_editor(
-        link_rows(base_json, seed["edits"]),
-        key=f"link_editor_{ss['editor_gen']}",
-        hide_index=True,
-        width="stretch",
-        height=320,
-        disabled=["src", "dst", "kind"],
-        column_config={
-            "bandwidth (GB/s)": st.column_config.NumberColumn(min_value=0.001, format="%.4g"),
-            "latency (µs)": st.column_config.NumberColumn(min_value=0.0, format="%.4g"),
-        },
-    )
+    inside = tuple(e for e in current if e not in outside)
     new = edits_from_table(base_json, table)
-    if new != active_edits(ss):
-        ss["edits"], ss["edits_base"] = new, url
+    if new != inside:
+        ss["edits"], ss["edits_base"] = (*outside, *new), url
         st.rerun()
-    if active_edits(ss):
-        st.caption(f"{len(active_edits(ss))} link edit(s): `{state.edits_text(ss['edits'])}`")
-        st.button("Reset link edits", on_click=_reset_edits)
 
 
 def main() -> None:
@@ -186,12 +287,12 @@ def main() -> None:
     ss = st.session_state
     st.title("Topology")
     st.caption(
-        "Pick a preset in the sidebar, or build or load a cluster here. Every page plans "
-        "on the cluster shown below."
+        "Every page plans on the cluster drawn here. Click a link's square (labelled with its "
+        "GB/s) or a device to select it; the sidebar's network slider rescales every link "
+        "between hosts at once."
     )
-    build_section()
-    load_section()
     topo = need_topology(ctx)
+    edits = active_edits(ss)
     overlay = st.toggle("Show the current plan's traffic on the links", key="topo_overlay")
     plan = None
     if overlay:
@@ -205,26 +306,46 @@ def main() -> None:
             if isinstance(plan, cache.Failure):
                 st.info(f"No traffic to show: {plan.message}")
                 plan = None
-    show_chart(topology_figure(topo, plan), "topology")
-    c = st.columns(4)
+    edited = {frozenset((e.src, e.dst)) for e in edits if not e.cut and e.src != ADD_HOST}
+    cut = tuple((e.src, e.dst) for e in edits if e.cut)
+    fig = topology_figure(topo, plan, edited=edited, cut=cut, selected=ss.get("topo_selected"))
+    event = show_chart(fig, "topology", on_select="rerun", selection_mode=("points",))
+    points = (event or {}).get("selection", {}).get("points", []) if event else []
+    picked = next((tuple(p["customdata"]) for p in points if p.get("customdata")), None)
+    if picked and picked != ss.get("topo_selected"):
+        ss["topo_selected"] = picked
+        st.rerun()
+    selection_panel(topo, edits)
+    c = st.columns([1, 1, 1, 1, 2])
     c[0].metric("Hosts", topo.nodes)
     c[1].metric("GPUs per host", topo.gpus_per_node)
     c[2].metric("Links", len(topo.links))
-    c[3].metric("GPU memory", f"{topo.gpu.memory_bytes / 2**30:.0f} GiB")
-    c[3].caption(topo.gpu.name)
+    c[3].metric("GPU memory", f"{topo.gpu.memory_bytes / 2**30:.0f} GiB", help=topo.gpu.name)
+    with c[4]:
+        if st.button("Add a host (a copy of the last one)", key="add_host"):
+            _set_edits((*edits, LinkEdit(ADD_HOST, "")))
+            st.rerun()
+        if edits and st.button("Reset all edits", key="reset_edits", on_click=_reset_edits):
+            st.rerun()
+    if edits:
+        st.caption(f"{len(edits)} edit(s): `{state.edits_text(edits)}`")
     if ss["topo_custom"] == "json" and ss["topo"] == CUSTOM:
         st.caption("An uploaded topology cannot travel in a URL: share the JSON file instead.")
-    base_json, _, _ = cache.resolve_topology(
+    base = cache.resolve_topology(
         ss["topo"], int(ss["nodes"]), ss["topo_custom"], ss.get("topo_json"), ()
     )
-    if base_json is not None:
-        editor_section(base_json)
-    text = ctx.topo_json or ""
+    if base.json is not None:
+        table_section(base.json)
+    build_section(topo)
+    load_section()
+    name = topo.name + (" (edited)" if ctx.edited else "")
+    text = dumps(replace(topo, name=name)) if ctx.edited else (ctx.topo_json or "")
+    stem = topo.name.replace(":", "-") + ("-edited" if ctx.edited else "")
     st.download_button(
         "Download topology JSON",
         lambda: text,
         key="dl_topology",
-        file_name=f"{topo.name.replace(':', '-')}.json",
+        file_name=f"{stem}.json",
         mime="application/json",
         on_click="ignore",
     )

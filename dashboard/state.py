@@ -246,6 +246,20 @@ def parse_edits(text: str) -> tuple[LinkEdit, ...]:
     return tuple(out)
 
 
+def with_edit(
+    edits: tuple[LinkEdit, ...], new: LinkEdit | None, pair: tuple[str, str]
+) -> tuple[LinkEdit, ...]:
+    """``edits`` with the edit of link ``pair`` replaced by ``new`` (None: restored).
+
+    Added hosts and links stay first, so edits of their links apply after they exist.
+    """
+    key = frozenset(pair)
+    kept = [e for e in edits if e.add or e.src == ADD_HOST or frozenset((e.src, e.dst)) != key]
+    if new is not None:
+        kept.append(new)
+    return tuple(sorted(kept, key=lambda e: not (e.add or e.src == ADD_HOST)))
+
+
 def edits_text(edits: tuple[LinkEdit, ...]) -> str:
     return ";".join(e.text() for e in edits)
 

@@ -37,6 +37,8 @@ DEVICE_NAME = {
     "network_switch": "network switch",
 }
 TRAFFIC_SCALE = "YlOrRd"
+EDITED_COLOR = "#D55E00"  # Okabe-Ito vermillion: edited and cut links
+MAX_LABELS = 150
 TRAFFIC_BINS = 8
 
 
@@ -98,17 +100,33 @@ def _host_boxes(fig: go.Figure, topology: Topology, pos: dict[str, tuple[float, 
     fig.update_layout(shapes=shapes, annotations=labels)
 
 
+def _pair(a: str, b: str) -> frozenset[str]:
+    return frozenset((a, b))
+
+
 def topology_figure(
-    topology: Topology, plan: Plan | None = None, *, title: str | None = None
+    topology: Topology,
+    plan: Plan | None = None,
+    *,
+    title: str | None = None,
+    edited: set[frozenset[str]] | frozenset = frozenset(),
+    cut: tuple[tuple[str, str], ...] = (),
+    selected: tuple[str, ...] | None = None,
 ) -> go.Figure:
-    """Draw ``topology``; with ``plan``, links get width and colour by their busy time."""
+    """Draw ``topology`` with every link's bandwidth labelled at its midpoint.
+
+    The midpoints and devices carry ``customdata`` (``["link", src, dst]``, ``["device",
+    name]``, ``["cut", src, dst]``) so a click selects them. ``edited`` links are drawn thick
+    in vermillion, ``cut`` links dotted; ``selected`` (one of those customdata) gets a ring.
+    With ``plan``, links get width and colour by their busy time.
+    """
     pos = device_positions(topology)
     fig = go.Figure()
     _host_boxes(fig, topology, pos)
     traffic: dict[frozenset[str], list] = {}
     if plan is not None:
         for k in plan.links:
-            entry = traffic.setdefault(frozenset((k.src, k.dst)), [0.0, 0.0, []])
+            entry = traffic.setdefault(_pair(k.src, k.dst), [0.0, 0.0, []])
             entry[0] += k.bytes
             entry[1] = max(entry[1], k.busy_time_s)
             entry[2].append(
@@ -116,12 +134,14 @@ def topology_figure(
             )
     busiest = max((v[1] for v in traffic.values()), default=0.0)
     segs: dict[object, tuple[list, list]] = {}
-    mids: list[tuple[float, float, float, str]] = []
+    mids: list[dict] = []
     for link in topology.links:
         (x0, y0), (x1, y1) = pos[link.src], pos[link.dst]
-        t = traffic.get(frozenset((link.src, link.dst)))
-        if plan is None:
-            key: object = link.kind
+        t = traffic.get(_pair(link.src, link.dst))
+        if _pair(link.src, link.dst) in edited:
+            key: object = "edited"
+        elif plan is None:
+            key = link.kind
         elif t is None or busiest <= 0:
             key = "idle"
         else:
@@ -132,79 +152,72 @@ def topology_figure(
         info = (
             f"<b>{link.src} – {link.dst}</b> ({link.kind})<br>"
             f"{link.bandwidth_Bps / 1e9:.3g} GB/s per direction, "
-            f"latency {link.latency_s * 1e6:.3g} µs"
+            f"latency {link.latency_s * 1e6:.3g} µs<br><i>click to select</i>"
         )
         if t is not None:
             info += "<br>" + "<br>".join(t[2])
-        mids.append(((x0 + x1) / 2, (y0 + y1) / 2, t[1] if t else 0.0, info))
-    if plan is None:
-        for kind, (xs, ys) in segs.items():
-            fig.add_scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                name=f"{kind} link",
-                line=dict(color=LINK_COLORS.get(str(kind), "#555"), width=2.5),
-                hoverinfo="skip",
-                legendgroup="links",
-            )
-    else:
-        if "idle" in segs:
-            xs, ys = segs.pop("idle")
-            fig.add_scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                name="idle link",
-                line=dict(color="#d1d5db", width=1.2, dash="dot"),
-                hoverinfo="skip",
-            )
-        for b in sorted(segs, key=int):  # type: ignore[arg-type]
-            xs, ys = segs[b]
-            frac = (int(b) + 0.5) / TRAFFIC_BINS  # type: ignore[call-overload]
-            color = sample_colorscale(TRAFFIC_SCALE, [0.15 + 0.85 * frac])[0]
-            fig.add_scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                showlegend=False,
-                hoverinfo="skip",
-                line=dict(color=color, width=1.5 + 8 * frac),
-            )
-    # hover targets at link midpoints: busy ones coloured on the traffic scale, idle ones hidden
-    coloured = plan is not None and busiest > 0
-    busy_mids = [m for m in mids if coloured and m[2] > 0]
-    idle_mids = [m for m in mids if not (coloured and m[2] > 0)]
-    for group, marker in (
-        (idle_mids, dict(size=9, opacity=0.0)),
-        (
-            busy_mids,
+        mids.append(
             dict(
-                size=9,
-                opacity=0.9,
-                color=np.array([m[2] for m in busy_mids]) * 1e3,
-                colorscale=TRAFFIC_SCALE,
-                cmin=0,
-                cmax=busiest * 1e3,
-                colorbar=dict(
-                    title=dict(text="link busy<br>time (ms)", font=dict(size=13)),
-                    tickfont=dict(size=12),
-                    len=0.8,
-                ),
-            ),
-        ),
-    ):
-        if group:
-            fig.add_scatter(
-                x=[m[0] for m in group],
-                y=[m[1] for m in group],
-                mode="markers",
-                marker=marker,
-                hovertext=[m[3] for m in group],
-                hoverinfo="text",
-                name="link (hover)",
-                showlegend=False,
+                x=(x0 + x1) / 2,
+                y=(y0 + y1) / 2,
+                busy=t[1] if t else 0.0,
+                info=info,
+                label=f"{link.bandwidth_Bps / 1e9:.3g}",
+                kind=link.kind,
+                edited=_pair(link.src, link.dst) in edited,
+                data=["link", link.src, link.dst],
             )
+        )
+    for key, (xs, ys) in segs.items():
+        if key == "edited":
+            line = dict(color=EDITED_COLOR, width=5)
+            name, legend = "edited link", True
+        elif plan is None:
+            line = dict(color=LINK_COLORS.get(str(key), "#555"), width=2.5)
+            name, legend = f"{key} link", True
+        elif key == "idle":
+            line = dict(color="#d1d5db", width=1.2, dash="dot")
+            name, legend = "idle link", True
+        else:
+            frac = (int(key) + 0.5) / TRAFFIC_BINS  # type: ignore[call-overload]
+            color = sample_colorscale(TRAFFIC_SCALE, [0.15 + 0.85 * frac])[0]
+            line = dict(color=color, width=1.5 + 8 * frac)
+            name, legend = "busy link", False
+        fig.add_scatter(
+            x=xs, y=ys, mode="lines", name=name, line=line, hoverinfo="skip", showlegend=legend
+        )
+    if cut:
+        xs, ys = [], []
+        for a, b in cut:
+            if a in pos and b in pos:
+                xs += [pos[a][0], pos[b][0], None]
+                ys += [pos[a][1], pos[b][1], None]
+        fig.add_scatter(
+            x=xs,
+            y=ys,
+            mode="lines",
+            name="cut link",
+            line=dict(color=EDITED_COLOR, width=2, dash="dot"),
+            hoverinfo="skip",
+        )
+    _midpoints(fig, mids, coloured=plan is not None and busiest > 0, busiest=busiest)
+    if cut:
+        ok = [(a, b) for a, b in cut if a in pos and b in pos]
+        fig.add_scatter(
+            x=[(pos[a][0] + pos[b][0]) / 2 for a, b in ok],
+            y=[(pos[a][1] + pos[b][1]) / 2 for a, b in ok],
+            mode="markers+text",
+            text=["cut"] * len(ok),
+            textposition="middle right",
+            textfont=dict(size=12, color=EDITED_COLOR),
+            marker=dict(size=12, symbol="x", color=EDITED_COLOR),
+            customdata=[["cut", a, b] for a, b in ok],
+            hovertext=[
+                f"<b>{a} – {b}</b> cut<br><i>click to select, then restore</i>" for a, b in ok
+            ],
+            hoverinfo="text",
+            showlegend=False,
+        )
     kinds: dict[str, list[str]] = {}
     for d in topology.devices:
         kinds.setdefault(d.kind, []).append(d.name)
@@ -220,13 +233,84 @@ def topology_figure(
                 color=DEVICE_COLOR.get(kind, "#555"),
                 line=dict(color="white", width=1),
             ),
-            hovertext=names,
+            customdata=[["device", n] for n in names],
+            hovertext=[f"{n}<br><i>click to select</i>" for n in names],
             hoverinfo="text",
         )
+    if selected:
+        at = _selected_xy(selected, pos)
+        if at is not None:
+            fig.add_scatter(
+                x=[at[0]],
+                y=[at[1]],
+                mode="markers",
+                name="selected",
+                marker=dict(size=30, symbol="circle-open", color="#111827", line=dict(width=3)),
+                hoverinfo="skip",
+            )
     xs = [p[0] for p in pos.values()]
     fig.update_xaxes(visible=False, range=[min(xs) - 1, max(xs) + 1])
     fig.update_yaxes(visible=False, range=[-1.2, SHARED_Y + 0.8])
     default = f"{topology.name}: {topology.nodes} host(s) × {topology.gpus_per_node} GPU(s)" + (
-        ", links by plan traffic" if plan is not None else ""
+        ", links by plan traffic" if plan is not None else ", link bandwidths in GB/s"
     )
-    return style(fig, title or default, height=460, legend_title="devices / links")
+    fig.update_layout(clickmode="event+select", dragmode="pan")
+    return style(fig, title or default, height=480, legend_title="devices / links")
+
+
+def _selected_xy(
+    selected: tuple[str, ...], pos: dict[str, tuple[float, float]]
+) -> tuple[float, float] | None:
+    if selected[0] == "device" and selected[1] in pos:
+        return pos[selected[1]]
+    if len(selected) == 3 and selected[1] in pos and selected[2] in pos:
+        (x0, y0), (x1, y1) = pos[selected[1]], pos[selected[2]]
+        return (x0 + x1) / 2, (y0 + y1) / 2
+    return None
+
+
+def _midpoints(fig: go.Figure, mids: list[dict], *, coloured: bool, busiest: float) -> None:
+    """Clickable link midpoints labelled with bandwidth (GB/s); busy ones on the traffic scale.
+
+    Past ``MAX_LABELS`` links only network and edited links keep their label.
+    """
+    many = len(mids) > MAX_LABELS
+    for busy in (False, True):
+        ms = [m for m in mids if (coloured and m["busy"] > 0) == busy]
+        if not ms:
+            continue
+        marker: dict = dict(size=11, symbol="square", line=dict(color="white", width=1))
+        if busy:
+            marker.update(
+                color=np.array([m["busy"] for m in ms]) * 1e3,
+                colorscale=TRAFFIC_SCALE,
+                cmin=0,
+                cmax=busiest * 1e3,
+                colorbar=dict(
+                    title=dict(text="link busy<br>time (ms)", font=dict(size=13)),
+                    tickfont=dict(size=12),
+                    len=0.8,
+                ),
+            )
+        else:
+            marker.update(
+                color=[
+                    EDITED_COLOR if m["edited"] else LINK_COLORS.get(m["kind"], "#555") for m in ms
+                ]
+            )
+        fig.add_scatter(
+            x=[m["x"] for m in ms],
+            y=[m["y"] for m in ms],
+            mode="markers+text",
+            marker=marker,
+            text=[
+                m["label"] if not many or m["edited"] or m["kind"] == "network" else "" for m in ms
+            ],
+            textposition="middle right",
+            textfont=dict(size=12, color="#111827"),
+            customdata=[m["data"] for m in ms],
+            hovertext=[m["info"] for m in ms],
+            hoverinfo="text",
+            name="link (GB/s label; click)",
+            showlegend=False,
+        )
