@@ -20,64 +20,18 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from taps_core.solver.factors import Budget, Eliminated, FactorProblem, plan, run
+from taps_core.solver.factors import Budget, FactorProblem
 from taps_core.solver.kernel import KernelResult, solve_kernel
 from taps_core.solver.problem import CostGraph, Solution
-from taps_core.solver.series import (
-    SeriesBudget,
-    SeriesState,
-    eliminate_series,
-    min_plus,
-    recover_series,
-    state_of,
-)
+from taps_core.solver.reduction import reduce_problem
+from taps_core.solver.series import min_plus
 
 __all__ = ["Budget", "greedy", "min_plus", "reduce_to", "solve"]
 
 ILP_MAX_NONZEROS = 3_000_000  # larger kernels skip the ILP when a time limit is set
-
-
-@dataclass
-class _Reduced:
-    """A problem after stages 1-2: the factor problem over the nodes left, and how to undo."""
-
-    series: SeriesState
-    names: list[str]  # factor variable i is node names[i]
-    factors: FactorProblem
-    eliminated: Eliminated
-    keep: list[int]  # variables of the kept nodes, in ``keep`` order
-
-    @property
-    def alive(self) -> list[int]:
-        kept = set(self.keep)
-        return [v for v, u in enumerate(self.factors.unary) if len(u) and v not in kept]
-
-    def recover(self, assign: np.ndarray) -> dict[str, int]:
-        assign = self.eliminated.recover(assign.copy())
-        left = {n: int(assign[i]) for i, n in enumerate(self.names)}
-        return recover_series(self.series, left)
-
-
-def _reduce(problem: CostGraph, keep: tuple[str, ...], budget: Budget, deadline: float) -> _Reduced:
-    st = state_of(problem)
-    eliminate_series(st, frozenset(keep), SeriesBudget(deadline=deadline))
-    names = [n for n in problem.node_costs if n in st.costs]
-    idx = {n: i for i, n in enumerate(names)}
-    fp = FactorProblem([len(st.costs[n]) for n in names], [st.costs[n] for n in names])
-    fp.constant = st.constant
-    for u in names:
-        for w, m in st.adj[u].items():
-            if idx[u] < idx[w]:
-                fp.add((idx[u], idx[w]), m)
-    kept = {idx[n] for n in keep}
-    order = plan(fp, kept, budget)
-    if not order.complete:
-        order = plan(fp, kept, budget, shrink_only=True)
-    return _Reduced(st, names, fp, run(fp, order.order), [idx[n] for n in keep])
 
 
 def solve(
@@ -110,7 +64,7 @@ def solve(
     """
     start = time.perf_counter()
     deadline = math.inf if time_limit_s is None else start + time_limit_s
-    red = _reduce(problem, (), budget, deadline)
+    red = reduce_problem(problem, (), budget, deadline)
     alive = red.alive
     res = solve_kernel(
         red.factors,
@@ -151,7 +105,7 @@ def reduce_to(
     """
     if len(keep) > 2:
         raise ValueError("reduce_to keeps at most two nodes")
-    red = _reduce(problem, keep, Budget(), math.inf)
+    red = reduce_problem(problem, keep, Budget(), math.inf)
     fp, kv = red.factors, red.keep
     alive = red.alive
     shape = tuple(fp.domains[v] for v in kv)

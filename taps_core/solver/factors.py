@@ -117,7 +117,7 @@ def plan(p: FactorProblem, keep: set[int], budget: Budget, *, shrink_only: bool 
     for scope in p.tables:
         for v in scope:
             scopes[v].add(scope)
-    alive = [True] * len(dom)
+    alive = [len(u) > 0 for u in p.unary]  # eliminated earlier: empty unary, no tables
 
     def key(v: int) -> int:
         return _size(dom, nbrs[v])
@@ -130,7 +130,7 @@ def plan(p: FactorProblem, keep: set[int], budget: Budget, *, shrink_only: bool 
         replaced = dom[v] + sum(_size(dom, s) for s in scopes[v])
         return size <= replaced
 
-    heap = [(key(v), v) for v in range(len(dom)) if v not in keep]
+    heap = [(key(v), v) for v in range(len(dom)) if alive[v] and v not in keep]
     heapq.heapify(heap)
     order: list[int] = []
     largest, work, stored = 0, 0.0, 0

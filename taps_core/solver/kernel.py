@@ -99,16 +99,18 @@ def solve_ilp(
             n_rows += dom[v]
         n_y += size
     if rows is not None and len(rows.limit):
+        # each row divided by its limit: HiGHS's absolute tolerances then act relatively
+        row_scale = 1.0 / np.maximum(np.abs(np.asarray(rows.limit, dtype=float)), 1.0)
         for v in alive:
             if v not in rows.lo or rows.hi[v] <= rows.lo[v]:
                 continue
             span = np.arange(rows.lo[v], rows.hi[v])
-            w = rows.weight[v]
+            w = np.where(np.isfinite(rows.weight[v]), rows.weight[v], 0.0)
             r_idx.append(n_rows + np.repeat(span, len(w)))
             c_idx.append(np.tile(off[v] + np.arange(len(w)), len(span)))
-            vals.append(np.tile(w.astype(float), len(span)))
+            vals.append(np.tile(w, len(span)) * np.repeat(row_scale[span], len(w)))
         lo.append(np.full(len(rows.limit), -np.inf))
-        hi.append(np.asarray(rows.limit, dtype=float))
+        hi.append(np.asarray(rows.limit, dtype=float) * row_scale)
         n_rows += len(rows.limit)
     c = np.concatenate(costs)
     finite = np.isfinite(c)
