@@ -4,6 +4,8 @@ A :class:`Phase` is one single-level step run by every group at once: ``per_rank
 each rank sends (the ring formulas of the primer), ``steps`` the latency count. An all-reduce
 whose group spans hosts and GPUs runs hierarchically: reduce-scatter inside the host, all-reduce
 across hosts on 1/q of the data (every GPU on its own rail), all-gather inside the host.
+A collective that crosses hosts while the GPUs of a host hold copies of the same data is
+sliced: each copy sends 1/copies across hosts and the host all-gathers over NVLink.
 """
 
 from __future__ import annotations
@@ -31,19 +33,60 @@ class Phase:
         return "pairs" if self.collective == "all_to_all" else "ring"
 
 
-def all_reduce(q_inter: int, q_intra: int, size_bytes: float) -> tuple[Phase, ...]:
-    """All-reduce of ``size_bytes`` over q_inter hosts x q_intra GPUs (hierarchical if both)."""
-    if q_inter > 1 and q_intra > 1:
-        frac = (q_intra - 1) / q_intra * size_bytes
+def all_reduce(
+    q_inter: int, q_intra: int, size_bytes: float, copies: int = 1
+) -> tuple[Phase, ...]:
+    """All-reduce of ``size_bytes`` over q_inter hosts x q_intra GPUs (hierarchical if both).
+
+    ``copies``: GPUs of a host that hold the same data (the op is replicated inside the host).
+    When the group crosses hosts, each of them reduces only 1/copies of the buffer across hosts
+    and the host all-gathers the result over NVLink, instead of every copy sending all of it.
+    """
+    spread = q_intra * (copies if q_inter > 1 else 1)
+    if q_inter > 1 and spread > 1:
         return (
-            Phase("reduce_scatter", "intra", q_intra, frac, q_intra - 1),
-            *all_reduce(q_inter, 1, size_bytes / q_intra),
-            Phase("all_gather", "intra", q_intra, frac, q_intra - 1),
+            *reduce_scatter("intra", q_intra, size_bytes),
+            *all_reduce(q_inter, 1, size_bytes / spread),
+            *all_gather("intra", spread, size_bytes),
         )
     q, level = (q_inter, "inter") if q_inter > 1 else (q_intra, "intra")
     if q <= 1:
         return ()
     return (Phase("all_reduce", level, q, 2 * (q - 1) / q * size_bytes, 2 * (q - 1)),)
+
+
+def reduce_scatter_levels(
+    q_inter: int, q_intra: int, size_bytes: float, copies: int = 1
+) -> tuple[Phase, ...]:
+    """Reduce-scatter of ``size_bytes`` over q_inter x q_intra (inside the host first).
+
+    With ``copies`` (see :func:`all_reduce`) and a group that crosses hosts, each copy takes
+    1/copies of the data: every GPU ends with ``size / (q_inter * q_intra * copies)``.
+    """
+    spread = copies if q_inter > 1 else 1
+    return (
+        *reduce_scatter("intra", q_intra, size_bytes),
+        *reduce_scatter("inter", q_inter, size_bytes / (q_intra * spread)),
+    )
+
+
+def all_gather_levels(
+    q_inter: int, q_intra: int, out_bytes: float, copies: int = 1
+) -> tuple[Phase, ...]:
+    """All-gather to ``out_bytes`` per GPU over q_inter x q_intra: across hosts first on the
+    shards, then inside the host (also over ``copies`` when the group crosses hosts)."""
+    spread = q_intra * (copies if q_inter > 1 else 1)
+    return (
+        *all_gather("inter", q_inter, out_bytes / spread),
+        *all_gather("intra", spread, out_bytes),
+    )
+
+
+def reduce_scatter(level: str, q: int, in_bytes: float) -> tuple[Phase, ...]:
+    """Reduce-scatter on one level whose input (per rank) is ``in_bytes``."""
+    if q <= 1:
+        return ()
+    return (Phase("reduce_scatter", level, q, (q - 1) / q * in_bytes, q - 1),)
 
 
 def all_gather(level: str, q: int, out_bytes: float) -> tuple[Phase, ...]:

@@ -1,40 +1,58 @@
-"""Per-op costs (compute, in-op communication, memory) and resharding costs between ops.
+"""Per-op costs: compute, the op's own collectives, weight-gradient sync, and memory per device.
 
-Training runs forward, then two backward einsums per forward one (input and weight gradients):
-a letter absent from input X and split leaves dX as a partial sum, all-reduced over that split.
-For a weight this is the data-parallel gradient sync; for an activation, Megatron's backward
-all-reduce. Between ops, a tensor whose producer layout differs from its consumer's is resharded
-level by level (slice, all-gather or all-to-all); in training its gradient takes the way back.
+Training runs a forward pass and a backward pass (two einsums per forward one: 3x the forward
+compute). What moves *between* ops (reshards, partial sums handed on, activation gradients)
+is costed on the graph's edges by :mod:`taps_core.reshard`; this module costs what belongs to
+one op under one strategy:
+
+- compute: a roofline per pass (FLOPs over peak x efficiency, or bytes over HBM bandwidth);
+- in-op collectives: the all-reduce of partial sums (unless the strategy defers them), a norm's
+  statistics, a MoE token reshuffle;
+- each weight's gradient sync over the devices that hold the same shard with different data
+  (data parallelism), with the ZeRO stage chosen per op (:func:`op_option`);
+- memory: weights, gradients, Adam state, activations kept for backward (Korthikanti et al.
+  2022 accounting; only the layer input under recomputation), KV cache in inference.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
-from taps_core.collectives import CommCost, Phase, all_gather, all_reduce, all_to_all
+from taps_core.collectives import (
+    Phase,
+    all_gather,
+    all_gather_levels,
+    all_reduce,
+    all_to_all,
+    reduce_scatter_levels,
+)
 from taps_core.graph import MEMORY_BOUND_KINDS, OpGraph, OpSpec, TensorSpec
-from taps_core.strategies import LEVELS, Layout, Strategy
+from taps_core.strategies import LEVELS, Strategy, pad_factor
 from taps_core.topology import Topology
 
 MODES = ("train", "infer")
 STAT_BYTES = 8  # a norm all-reduces two fp32 statistics per row
+ZERO_STAGES = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes per device held for one op: parameters, gradients, optimizer state, activations."""
+    """Bytes per device: parameters, gradients, optimizer state, activations, KV cache.
+
+    In inference ``activations`` is the working set of one layer (charged 1/L per layer).
+    """
 
     parameters: float = 0.0
     gradients: float = 0.0
     optimizer: float = 0.0
     activations: float = 0.0
+    kv_cache: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.parameters + self.gradients + self.optimizer + self.activations
+        return self.parameters + self.gradients + self.optimizer + self.activations + self.kv_cache
 
     def __add__(self, other: Memory) -> Memory:
         return Memory(
@@ -42,21 +60,64 @@ class Memory:
             self.gradients + other.gradients,
             self.optimizer + other.optimizer,
             self.activations + other.activations,
+            self.kv_cache + other.kv_cache,
         )
 
 
 @dataclass(frozen=True)
+class WeightShard:
+    """One weight of an op under a strategy: the shard each device holds and who shares it.
+
+    ``group`` is the (inter, intra) data-parallel group (devices with the same shard and
+    different data: the gradient is a partial sum over it); ``copies`` the GPUs of a host that
+    repeat the same work, which share the sync when the group crosses hosts.
+    """
+
+    name: str
+    held_bytes: float
+    elements: float
+    group: tuple[int, int]
+    copies: int
+    tied: bool
+
+    @property
+    def replicas(self) -> int:
+        """Devices ZeRO shards this weight over (the group, plus host copies across hosts)."""
+        spread = self.copies if self.group[0] > 1 else 1
+        return self.group[0] * self.group[1] * spread
+
+
+@dataclass(frozen=True)
 class OpCost:
-    """One op under one strategy: compute seconds, communication phases, memory per device."""
+    """One op under one strategy, before the per-op levers (ZeRO stage, recomputation).
 
+    Times in seconds, sizes in bytes per device; ``fwd``/``bwd`` are the op's own collectives of
+    one forward/backward pass, labelled.
+    """
+
+    compute_fwd_s: float
+    fwd: tuple[tuple[str, Phase], ...]
+    bwd: tuple[tuple[str, Phase], ...]
+    weights: tuple[WeightShard, ...]
+    saved_bytes: float  # activations kept for backward without recomputation
+    boundary_bytes: float  # of which inputs from outside the layer (kept under recomputation)
+    kv_cache_bytes: float
+    workspace_bytes: float  # inference: this op's share of one layer's working set
+
+
+@dataclass(frozen=True)
+class OptionCost:
+    """An op with its levers chosen: seconds per step, memory, and every phase of the step."""
+
+    time_s: float
     compute_s: float
-    phases: tuple[tuple[str, Phase], ...]  # (label, phase): label says fwd / grad of which tensor
     memory: Memory
+    phases: tuple[tuple[str, Phase], ...]
 
 
-def shard(tensor: TensorSpec, letters: str, strategy: Strategy) -> float:
+def shard(tensor: TensorSpec, letters: str, strategy: Strategy, pad: float = 1.0) -> float:
     """Bytes of ``tensor`` held per device when indexed by ``letters`` under ``strategy``."""
-    return tensor.nbytes / math.prod(strategy.factor(ch) for ch in letters)
+    return tensor.nbytes * pad / math.prod(strategy.factor(ch) for ch in letters)
 
 
 def optimizer_bytes_per_param(dtype_bytes: int) -> float:
@@ -64,20 +125,26 @@ def optimizer_bytes_per_param(dtype_bytes: int) -> float:
     return 12.0 if dtype_bytes < 4 else 8.0
 
 
-def _level_q(strategy: Strategy, letters: frozenset[str] | set[str]) -> tuple[int, int]:
-    return tuple(  # type: ignore[return-value]
-        math.prod(strategy.factor(ch, lv) for ch in letters) for lv in LEVELS
-    )
+def copies_intra(strategy: Strategy, gpus_per_node: int) -> int:
+    """GPUs of a host doing the same work under ``strategy`` (its intra level left unused)."""
+    used = math.prod(f for _, f in strategy.intra)
+    return max(1, gpus_per_node // used)
 
 
 def _moe_phases(graph: OpGraph, op: OpSpec, s: Strategy) -> tuple[Phase, ...]:
     """Token <-> expert reshuffle of a MoE dispatch (or combine, mirrored) on each level.
 
     Per level: tokens split and experts split -> all-to-all within groups of the smaller split;
-    the split side feeding a replicated side -> all-gather; otherwise local selection.
+    the split side feeding a replicated side -> all-gather; tokens replicated while experts are
+    split -> each device selects its experts' tokens locally (free), so a device moves only the
+    tokens routed to its experts on the other level.
     """
     out = graph.tensors[op.output]
-    held = out.nbytes / math.prod(s.factor(ch) for ch in "bs")  # routed token bytes per device
+    held = out.nbytes / math.prod(s.factor(ch) for ch in "bs")
+    for lv in LEVELS:
+        tok = math.prod(s.factor(ch, lv) for ch in "bs")
+        if tok == 1:
+            held /= s.factor("e", lv)  # local selection of this level's expert share
     phases: list[Phase] = []
     for lv in LEVELS:
         tok = math.prod(s.factor(ch, lv) for ch in "bs")
@@ -91,182 +158,191 @@ def _moe_phases(graph: OpGraph, op: OpSpec, s: Strategy) -> tuple[Phase, ...]:
     return tuple(phases)
 
 
-def op_cost(graph: OpGraph, op: OpSpec, s: Strategy, topology: Topology, mode: str) -> OpCost:
-    """Compute time, communication phases and memory of ``op`` under strategy ``s``."""
+def _stat_phases(graph: OpGraph, op: OpSpec, s: Strategy, out_local: float) -> tuple[Phase, ...]:
+    """All-reduce of a norm's per-row statistics when its statistic letters are split."""
+    out = graph.tensors[op.output]
+    s_inter, s_intra = s.partial(op.stat_letters)
+    rows = out_local * math.prod(s.factor(ch) for ch in op.stat_letters) / out.nbytes
+    stat_rows = out.numel / math.prod(
+        out.shape[op.output_letters.index(ch)] for ch in op.stat_letters
+    )
+    return all_reduce(s_inter, s_intra, STAT_BYTES * stat_rows * rows)
+
+
+def op_cost(
+    graph: OpGraph,
+    op: OpSpec,
+    s: Strategy,
+    topology: Topology,
+    mode: str,
+    *,
+    gpus_per_node: int | None = None,
+) -> OpCost:
+    """Compute, own collectives, weight shards and memory of ``op`` under strategy ``s``
+    (``gpus_per_node`` may be passed to skip recounting the topology's hosts)."""
     train = mode == "train"
-    passes = 3.0 if train else 1.0
-    ways = s.ways()
+    g = topology.gpus_per_node if gpus_per_node is None else gpus_per_node
+    copies = copies_intra(s, g)
+    pads = [pad_factor(graph, op, s, lt) for lt in (*op.input_letters, op.output_letters)]
     terms = (*op.input_letters, op.output_letters)
     names = (*op.inputs, op.output)
-    local_bytes = sum(shard(graph.tensors[t], lt, s) for lt, t in zip(terms, names))
+    local_bytes = sum(
+        shard(graph.tensors[t], lt, s, pad) for lt, t, pad in zip(terms, names, pads)
+    )
     gpu = topology.gpu
-    mem_time = passes * local_bytes / gpu.hbm_bandwidth_Bps
+    mem_time = local_bytes / gpu.hbm_bandwidth_Bps
     if op.kind in MEMORY_BOUND_KINDS:
-        compute_s = mem_time
+        compute = mem_time
     else:
-        flop_time = passes * graph.flops(op) / ways / (gpu.peak_flops * topology.compute_efficiency)
-        compute_s = max(flop_time, mem_time)
+        flops = graph.flops(op) * pad_factor(graph, op, s, "".join(op.letters))
+        compute = max(flops / s.ways() / (gpu.peak_flops * topology.compute_efficiency), mem_time)
     out = graph.tensors[op.output]
-    out_local = shard(out, op.output_letters, s)
-    phases: list[tuple[str, Phase]] = []
+    out_local = shard(out, op.output_letters, s, pads[-1])
+    fwd: list[tuple[str, Phase]] = []
+    bwd: list[tuple[str, Phase]] = []
     if op.kind in ("moe_dispatch", "moe_combine"):
         moe = _moe_phases(graph, op, s)
-        phases += [("fwd", p) for p in moe]
-        if train:
-            phases += [("bwd", p) for p in moe]
+        fwd += [("fwd", p) for p in moe]
+        bwd += [("bwd", p) for p in moe]
     else:
-        q_inter, q_intra = _level_q(s, op.contracted - op.fixed)
-        phases += [("fwd", p) for p in all_reduce(q_inter, q_intra, out_local)]
+        if not s.defer:
+            q_inter, q_intra = s.partial(op.contracted - op.fixed)
+            fwd += [("fwd", p) for p in all_reduce(q_inter, q_intra, out_local, copies)]
         if op.stat_letters:
-            s_inter, s_intra = _level_q(s, op.stat_letters)
-            rows = out_local * math.prod(s.factor(ch) for ch in op.stat_letters) / out.nbytes
-            stat_rows = out.numel / math.prod(
-                out.shape[op.output_letters.index(ch)] for ch in op.stat_letters
-            )
-            stats = all_reduce(s_inter, s_intra, STAT_BYTES * stat_rows * rows)
-            phases += [("stats", p) for p in stats]
-            if train:  # the norm's backward reduces two more per-row sums over the same split
-                phases += [("stats bwd", p) for p in stats]
-    memory = Memory()
-    for letters, tname in zip(op.input_letters, op.inputs):
+            stats = _stat_phases(graph, op, s, out_local)
+            fwd += [("stats", p) for p in stats]
+            bwd += [("stats bwd", p) for p in stats]  # two more per-row sums in backward
+    weights: list[WeightShard] = []
+    saved = boundary = kv = 0.0
+    leader = graph.siblings.get(op.name, (op.name,))[0] == op.name
+    for pos, (letters, tname) in enumerate(zip(op.input_letters, op.inputs)):
         t = graph.tensors[tname]
-        held = shard(t, letters, s)
+        held = shard(t, letters, s, pads[pos])
         if t.is_param:
-            if not t.tied:
-                elems = held / t.dtype_bytes
-                memory += Memory(
-                    parameters=held,
-                    gradients=held if train else 0.0,
-                    optimizer=elems * optimizer_bytes_per_param(t.dtype_bytes) if train else 0.0,
-                )
-        elif train:
-            # a tensor read by k ops is saved once for backward: each reader carries 1/k of it
-            readers = max(1, len(graph.consumers.get(tname, ())))
-            memory += Memory(activations=held / readers)
-        if train and t.requires_grad and op.kind not in ("moe_dispatch", "moe_combine"):
             absent = set(op.letters) - set(letters) - op.fixed
-            g_inter, g_intra = _level_q(s, absent)
-            label = "grad_sync" if t.is_param else f"grad {tname}"
-            phases += [(label, p) for p in all_reduce(g_inter, g_intra, held)]
-    return OpCost(compute_s, tuple(phases), memory)
+            weights.append(
+                WeightShard(tname, held, held / t.dtype_bytes, s.partial(absent), copies, t.tied)
+            )
+        elif op.saves_inputs and leader:
+            share = held / graph.savers(tname)
+            saved += share
+            producer = graph.producer.get(tname)
+            if producer is None or graph.op_by_name[producer].layer != op.layer:
+                boundary += share
+        if op.kind == "attention" and pos > 0:
+            kv += held
+    if op.mask_bytes:
+        saved += op.mask_bytes * out_local / out.dtype_bytes
+    if op.score_bytes:
+        sizes = graph.dim_sizes(op)
+        scores = sizes["b"] * sizes["n"] * sizes["s"] * graph.tensors[op.inputs[1]].shape[1]
+        saved += op.score_bytes * scores / math.prod(s.factor(ch) for ch in "bns")
+    layers = max(1, graph.num_layers)
+    workspace = out_local / (layers if op.layer is not None else 1)
+    return OpCost(
+        compute,
+        tuple(fwd),
+        tuple(bwd) if train else (),
+        tuple(weights),
+        saved if train else 0.0,
+        boundary if train else 0.0,
+        0.0 if train else kv,
+        0.0 if train else workspace,
+    )
 
 
-# ---- resharding between ops -------------------------------------------------------------
+def scaled(phase: Phase, times: int) -> Phase:
+    """A phase run ``times`` times (once per micro-batch), as one phase of the summed traffic."""
+    if times == 1:
+        return phase
+    return Phase(
+        phase.collective, phase.level, phase.q, phase.per_rank_bytes * times, phase.steps * times
+    )
 
 
-@dataclass(frozen=True)
-class LevelMove:
-    """How one level's split of a tensor changes: collective, group size, bytes divisor."""
-
-    collective: str  # none | slice | all_gather | all_to_all
-    q: int
-    divisor: int  # per-rank message = tensor bytes / (divisor * other level's kept split)
-
-
-def level_move(src: tuple[int, ...], dst: tuple[int, ...]) -> LevelMove:
-    """Classify the change of one level's per-position split factors from src to dst."""
-    if src == dst:
-        return LevelMove("none", 1, 1)
-    if all(t % s == 0 for s, t in zip(src, dst)):
-        return LevelMove("slice", 1, 1)
-    ps, pt = math.prod(src), math.prod(dst)
-    common = math.prod(math.gcd(s, t) for s, t in zip(src, dst))
-    if all(s % t == 0 for s, t in zip(src, dst)):
-        return LevelMove("all_gather", ps // pt, pt)
-    if ps == pt:
-        return LevelMove("all_to_all", ps // common, ps)
-    # gather down to the common split, then slice locally
-    return LevelMove("all_gather", ps // common, common)
+def zero_stages(cost: OpCost, mode: str) -> tuple[int, ...]:
+    """ZeRO stages worth distinguishing for this op: 0-3 in training, 0/3 (sharded weights
+    gathered before the forward) in inference; only 0 when no weight has a data-parallel
+    group to shard over."""
+    if not any(w.replicas > 1 and not w.tied for w in cost.weights):
+        return (0,)
+    return ZERO_STAGES if mode == "train" else (0, 3)
 
 
-FREE_MOVES = ("none", "slice")
+def weight_phases(
+    w: WeightShard, mode: str, zero: int, microbatches: int
+) -> list[tuple[str, Phase]]:
+    """Gradient sync (training) and parameter gathers (ZeRO-3) of one weight for one step.
 
-
-def _other_split(level: int, src: Layout, dst: Layout) -> int:
-    """Ways the *other* level splits the tensor while ``level``'s collective runs.
-
-    Free moves (slices) go first; of two collectives, the intra-node one runs first, on the
-    tensor still split the source's way across nodes; the inter-node one then sees the
-    destination's intra-node split.
+    Stage 0/1: one all-reduce of the accumulated gradient. Stage 2: a reduce-scatter per
+    micro-batch and an all-gather of the updated parameters. Stage 3: parameters gathered
+    before each forward and each backward, gradients reduce-scattered (1.5x stage 0's bytes).
     """
-    other = 1 - level
-    other_free = level_move(src[other], dst[other]).collective in FREE_MOVES
-    if level == LEVELS.index("intra") and not other_free:
-        return math.prod(src[other])
-    return math.prod(dst[other])
+    if w.tied or w.replicas <= 1:
+        return []
+    gi, ga = w.group
+    k = microbatches
+    rs = reduce_scatter_levels(gi, ga, w.held_bytes, w.copies)
+    ag = all_gather_levels(gi, ga, w.held_bytes, w.copies)
+    if mode != "train":
+        return [(f"zero gather {w.name}", p) for p in ag] if zero == 3 else []
+    if zero <= 1:
+        return [(f"grad_sync {w.name}", p) for p in all_reduce(gi, ga, w.held_bytes, w.copies)]
+    if zero == 2:
+        return [(f"grad_sync {w.name}", scaled(p, k)) for p in rs] + [
+            (f"zero gather {w.name}", p) for p in ag
+        ]
+    return (
+        [(f"zero gather {w.name}", scaled(p, 2 * k)) for p in ag]
+        + [(f"grad_sync {w.name}", scaled(p, k)) for p in rs]
+    )
 
 
-def reshard_phases(nbytes: float, src: Layout, dst: Layout) -> tuple[Phase, ...]:
-    """Collectives that turn a tensor of ``nbytes`` from layout ``src`` into ``dst``."""
-    phases: list[Phase] = []
-    for i, lv in enumerate(LEVELS):
-        move = level_move(src[i], dst[i])
-        size = nbytes / (move.divisor * _other_split(i, src, dst))
-        if move.collective == "all_gather":
-            phases += all_gather(lv, move.q, size)
-        elif move.collective == "all_to_all":
-            phases += all_to_all(lv, move.q, size)
-    return tuple(phases)
+def weight_memory(w: WeightShard, mode: str, zero: int) -> Memory:
+    """Parameters, gradients and Adam state of one weight per device at a ZeRO stage."""
+    if w.tied:
+        return Memory()
+    r = w.replicas
+    params = w.held_bytes / (r if zero >= 3 else 1)
+    if mode != "train":
+        return Memory(parameters=params)
+    opt = w.elements * optimizer_bytes_per_param(round(w.held_bytes / w.elements))
+    return Memory(
+        parameters=params,
+        gradients=w.held_bytes / (r if zero >= 2 else 1),
+        optimizer=opt / (r if zero >= 1 else 1),
+    )
 
 
-class Resharder:
-    """Vectorised resharding costs for one comm model, with per-level tables cached.
-
-    The cost of a move decomposes by level: ``steps * alpha + bytes * beta`` where the bytes
-    are the tensor's size over this level's divisor and the other level's current split (see
-    :func:`_other_split`), so a matrix over many layouts is a few table look-ups.
-    """
-
-    def __init__(self, comm: CommCost) -> None:
-        self.comm = comm
-        self._level: dict[
-            tuple[int, tuple[int, ...], tuple[int, ...]], tuple[float, float, bool]
-        ] = {}
-
-    def _entry(self, lv: int, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[float, float, bool]:
-        """(latency seconds, seconds per tensor byte before the other level's split, free?)."""
-        key = (lv, a, b)
-        if key not in self._level:
-            move = level_move(a, b)
-            if move.collective in ("all_gather", "all_to_all"):
-                pattern = "pairs" if move.collective == "all_to_all" else "ring"
-                alpha, beta = self.comm.coefficients(LEVELS[lv], move.q, pattern)
-                frac = (move.q - 1) / move.q / move.divisor
-                self._level[key] = ((move.q - 1) * alpha, frac * beta, False)
-            else:
-                self._level[key] = (0.0, 0.0, True)
-        return self._level[key]
-
-    def one_way(self, nbytes: float, src: list[Layout], dst: list[Layout]) -> np.ndarray:
-        """Matrix [len(src), len(dst)] of seconds to move a tensor of ``nbytes`` forward
-        (the same phases as :func:`reshard_phases`, vectorised over layouts)."""
-        tables = []
-        for lv in range(2):
-            ua = sorted({a[lv] for a in src})
-            ub = sorted({b[lv] for b in dst})
-            ia = np.array([ua.index(a[lv]) for a in src])
-            ib = np.array([ub.index(b[lv]) for b in dst])
-            ent = [[self._entry(lv, a, b) for b in ub] for a in ua]
-            pick = np.ix_(ia, ib)
-            lat = np.array([[e[0] for e in row] for row in ent])[pick]
-            beta = np.array([[e[1] for e in row] for row in ent])[pick]
-            free = np.array([[e[2] for e in row] for row in ent])[pick]
-            p_src = np.array([math.prod(a) for a in ua], dtype=float)[ia]
-            p_dst = np.array([math.prod(b) for b in ub], dtype=float)[ib]
-            tables.append((lat, beta, free, p_src, p_dst))
-        inter, intra = LEVELS.index("inter"), LEVELS.index("intra")
-        i_lat, i_beta, i_free, i_src, i_dst = tables[inter]
-        a_lat, a_beta, _, _, a_dst = tables[intra]
-        # inter-node phase sees the destination's intra split (intra ran first or was free)
-        total = i_lat + i_beta * nbytes / a_dst[None, :]
-        # intra-node phase sees the source's inter split unless the inter move is a free slice
-        other = np.where(i_free, i_dst[None, :], i_src[:, None])
-        return total + a_lat + a_beta * nbytes / other
-
-    def matrix(
-        self, nbytes: float, src: list[Layout], dst: list[Layout], *, train: bool
-    ) -> np.ndarray:
-        """Seconds to reshard every src layout into every dst layout; in training the
-        gradient also goes back from dst to src."""
-        fwd = self.one_way(nbytes, src, dst)
-        return fwd + self.one_way(nbytes, dst, src).T if train else fwd
+def op_option(
+    cost: OpCost,
+    mode: str,
+    *,
+    zero: int = 0,
+    recompute: bool = False,
+    microbatches: int = 1,
+    seconds: Callable[[Phase], float] | None = None,
+) -> OptionCost:
+    """An op's step cost with its levers: ZeRO ``zero``, ``recompute`` (the layer's forward is
+    re-run in backward: 4 passes, forward collectives twice, only the layer input kept) and
+    ``microbatches`` (costs were built for one micro-batch; the step runs that many)."""
+    k = microbatches
+    train = mode == "train"
+    passes = (4.0 if recompute else 3.0) if train else 1.0
+    compute = passes * cost.compute_fwd_s * k
+    phases: list[tuple[str, Phase]] = [(lbl, scaled(p, k)) for lbl, p in cost.fwd]
+    if recompute:
+        phases += [(f"recompute {lbl}", scaled(p, k)) for lbl, p in cost.fwd]
+    phases += [(lbl, scaled(p, k)) for lbl, p in cost.bwd]
+    memory = Memory(
+        activations=(cost.boundary_bytes if recompute else cost.saved_bytes)
+        + cost.workspace_bytes,
+        kv_cache=cost.kv_cache_bytes,
+    )
+    for w in cost.weights:
+        phases += weight_phases(w, mode, zero, k)
+        memory += weight_memory(w, mode, zero)
+    comm = 0.0
+    if seconds is not None:
+        comm = sum(seconds(p) for _, p in phases)
+    return OptionCost(compute + comm, compute, memory, tuple(phases))

@@ -40,8 +40,9 @@ MEMORY_BOUND_KINDS = frozenset(
 class TensorSpec:
     """A tensor: shape (elements per dim), bytes per element, and whether it is a parameter.
 
-    ``tied`` parameters reuse another parameter's storage (GPT-2's LM head): they are left out
-    of parameter counts and memory but still cost compute and gradient communication.
+    ``tied`` parameters reuse another parameter's storage (``tied_to``, e.g. GPT-2's LM head
+    reuses the token embedding): they are left out of parameter counts and memory, and their
+    gradient is added into the owner's before the owner's single gradient sync.
     """
 
     name: str
@@ -50,6 +51,7 @@ class TensorSpec:
     is_param: bool = False
     requires_grad: bool = True
     tied: bool = False
+    tied_to: str = ""
 
     @property
     def numel(self) -> int:
@@ -68,6 +70,13 @@ class OpSpec:
     contraction) for the Megatron-style baseline; the search itself ignores it.
     ``stat_letters`` are output letters over which the op reduces statistics (a norm's hidden
     dim): splitting them costs a small all-reduce of those statistics.
+
+    What training keeps for backward (Korthikanti et al. 2022): ``saves_inputs`` (False for a
+    residual add, whose backward needs no input), ``mask_bytes`` per output element (a dropout
+    mask, 1 byte) and ``score_bytes`` per attention-score element b·n·s·t (softmax output,
+    dropout mask and dropout output: 2 + 1 + 2 bytes; 0 with flash attention).
+    ``padded`` letters may be split unevenly: the size is padded up to the split (Megatron pads
+    the vocabulary), and compute and memory count the padded size.
     """
 
     name: str
@@ -81,6 +90,10 @@ class OpSpec:
     tp_role: str | None = None
     flops_factor: float = 2.0
     fwd_flops: float | None = None  # set when the einsum product is not the FLOP count (conv)
+    saves_inputs: bool = True
+    mask_bytes: float = 0.0
+    score_bytes: float = 0.0
+    padded: frozenset[str] = frozenset()
 
     @cached_property
     def input_letters(self) -> tuple[str, ...]:
@@ -171,12 +184,49 @@ class OpGraph:
                 full[ch] = max(full.get(ch, n), n)
         return op.flops_factor * math.prod(full.values())
 
+    @cached_property
+    def siblings(self) -> dict[str, tuple[str, ...]]:
+        """Op name -> its sibling group (leader first): matmuls of one layer that read the same
+        activation with the same einsum (Q, K, V; gate, up), as a fused projection does.
+
+        Siblings share one strategy in the search, so the shared input is resharded once, kept
+        once for backward, and its gradient is summed locally before a single reduction.
+        """
+        groups: dict[tuple, list[str]] = {}
+        for op in self.ops:
+            if op.kind not in ("matmul", "conv"):
+                continue
+            acts = [
+                (pos, t)
+                for pos, t in enumerate(op.inputs)
+                if not self.tensors[t].is_param and t in self.producer
+            ]
+            if len(acts) != 1:
+                continue
+            pos, t = acts[0]
+            key = (t, op.einsum, op.kind, op.layer, pos)
+            groups.setdefault(key, []).append(op.name)
+        out: dict[str, tuple[str, ...]] = {}
+        for names in groups.values():
+            for n in names:
+                out[n] = tuple(names)
+        return out
+
+    def savers(self, tensor: str) -> int:
+        """How many distinct readers keep ``tensor`` for backward (a sibling group counts once)."""
+        seen: set[str] = set()
+        for name in self.consumers.get(tensor, ()):
+            op = self.op_by_name[name]
+            if op.saves_inputs:
+                seen.add(self.siblings.get(name, (name,))[0])
+        return max(1, len(seen))
+
     @property
     def num_parameters(self) -> int:
         """Parameters held (tied copies counted once)."""
         return sum(t.numel for t in self.tensors.values() if t.is_param and not t.tied)
 
-    @property
+    @cached_property
     def num_layers(self) -> int:
         return len({op.layer for op in self.ops if op.layer is not None})
 

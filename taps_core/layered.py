@@ -2,21 +2,24 @@
 
 Layer l (for l >= 1) is entered through one tensor node, the exit of layer l-1, and left
 through one, its own exit. Eliminating a layer's inside leaves a matrix ``M[a, c]``: the least
-cost of the layer given its entry layout ``a`` and exit layout ``c``. Layers 1..L-1 together
-cost ``M^(L-1)`` (min-plus power, by repeated squaring); the rest of the graph is solved with
-that one edge in place of the stack; a Viterbi pass over M recovers every layer boundary and
-the (memoised) per-layer elimination recovers every op inside. Exact, like the plain DP.
+cost of the layer given its entry layout ``a`` and exit layout ``c``, the better of the layer
+kept for backward and recomputed (each layer chooses). Layers 1..L-1 together cost ``M^(L-1)``
+(min-plus power, by repeated squaring); the rest of the graph is solved with that one edge in
+place of the stack; a Viterbi pass over M recovers every layer boundary and the (memoised)
+per-layer elimination recovers every op inside. Exact, like the plain DP. Layers outside the
+chain (and every layer of a model without one) share one recomputation choice.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from taps_core.search_problem import TENSOR_PREFIX, SearchProblem, op_signature
 from taps_core.solver.elimination import min_plus, reduce_to, solve
-from taps_core.solver.problem import Solution
+from taps_core.solver.problem import CostGraph
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,17 @@ class Chain:
 
     layers: tuple[tuple[str, ...], ...]
     exits: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """A solved problem: strategy and option index per node, recomputed layers, the cost."""
+
+    strategies: dict[str, int]
+    options: dict[str, int]
+    recompute: dict[int, bool]
+    cost: float
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 def min_plus_power(m: np.ndarray, k: int) -> np.ndarray:
@@ -42,6 +56,14 @@ def min_plus_power(m: np.ndarray, k: int) -> np.ndarray:
     return result
 
 
+def _neighbours(problem: SearchProblem) -> dict[str, set[str]]:
+    nbrs: dict[str, set[str]] = {n: set() for n in problem.option_time}
+    for e in problem.edges:
+        nbrs[e.u].add(e.v)
+        nbrs[e.v].add(e.u)
+    return nbrs
+
+
 def find_chain(problem: SearchProblem) -> Chain | None:
     """The repeated-layer structure, or None when layers differ or leak across boundaries.
 
@@ -51,25 +73,32 @@ def find_chain(problem: SearchProblem) -> Chain | None:
     """
     graph = problem.graph
     by_layer: dict[int, list[str]] = {}
-    for op in graph.ops:
-        if op.layer is not None:
-            by_layer.setdefault(op.layer, []).append(op.name)
+    for node in problem.members:
+        lay = problem.layer[node]
+        if lay is not None:
+            by_layer.setdefault(lay, []).append(node)
     order = sorted(by_layer)
     if len(order) < 3 or order != list(range(order[0], order[0] + len(order))):
         return None
-    sig0 = [op_signature(graph, graph.op_by_name[n]) for n in by_layer[order[1]]]
-    nbrs: dict[str, set[str]] = {n: set() for n in problem.time}
-    for u, v, _ in problem.edges:
-        nbrs[u].add(v)
-        nbrs[v].add(u)
+
+    def sig(names: list[str]) -> list[tuple]:
+        return [
+            tuple(op_signature(graph, graph.op_by_name[m]) for m in problem.members[n])
+            for n in names
+        ]
+
+    sig0 = sig(by_layer[order[1]])
+    nbrs = _neighbours(problem)
     layers: list[tuple[str, ...]] = []
     exits: list[str] = []
     for idx, lay in enumerate(order):
         names = by_layer[lay]
-        if idx >= 1 and [op_signature(graph, graph.op_by_name[n]) for n in names] != sig0:
+        if idx >= 1 and sig(names) != sig0:
             return None
-        tensors = [TENSOR_PREFIX + graph.op_by_name[n].output for n in names]
-        nodes = tuple(names + [t for t in tensors if t in problem.time])
+        tensors = [
+            TENSOR_PREFIX + graph.op_by_name[m].output for n in names for m in problem.members[n]
+        ]
+        nodes = tuple(names + [t for t in tensors if t in problem.option_time])
         inside = set(nodes)
         outward = [t for t in nodes if t.startswith(TENSOR_PREFIX) and nbrs[t] - inside]
         if len(outward) != 1:
@@ -79,15 +108,11 @@ def find_chain(problem: SearchProblem) -> Chain | None:
     for idx in range(1, len(layers)):
         if not _sealed(layers, exits, idx, nbrs):
             return None
-    # can the first layer join? its entry must be one tensor node with the exits' layouts
     first = set(layers[0])
     entries = {n for node in layers[0] for n in nbrs[node] if n not in first}
     entries.discard(exits[0])
     entries -= set(layers[1])
-    if (
-        len(entries) == 1
-        and [op_signature(graph, graph.op_by_name[n]) for n in by_layer[order[0]]] == sig0
-    ):
+    if len(entries) == 1 and sig(by_layer[order[0]]) == sig0:
         entry = next(iter(entries))
         if problem.layouts.get(entry) == problem.layouts[exits[0]]:
             return Chain(((entry,), *layers), (entry, *exits))
@@ -109,38 +134,101 @@ def _sealed(
     return not (idx + 1 < len(layers) and nbrs[exits[idx]] - inside - set(layers[idx + 1]))
 
 
-def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Solution:
-    """Exact optimum of ``problem`` at the given memory weight, using the chain when present."""
+def variants(problem: SearchProblem, nodes: set[str] | None = None) -> tuple[bool, ...]:
+    """Recomputation variants worth solving: both in training when layered nodes are present."""
+    if problem.mode != "train":
+        return (False,)
+    pool = problem.option_time if nodes is None else nodes
+    return (False, True) if any(problem.layer.get(n) is not None for n in pool) else (False,)
+
+
+def _options(
+    problem: SearchProblem, choice: dict[str, int], weight: float, rc_of: dict[str, bool]
+) -> dict[str, int]:
+    """The option each node takes at its chosen strategy (ties: less memory)."""
+    out = {}
+    for n, s in choice.items():
+        _, opt = problem.node_cost(n, weight, rc_of.get(n, False))
+        out[n] = int(opt[s])
+    return out
+
+
+def _solve_flat(problem: SearchProblem, weight: float) -> Assignment:
+    """Whole graph in one elimination, once per recomputation variant."""
+    best: tuple[float, dict[str, int], bool, dict[str, Any]] | None = None
+    for rc in variants(problem):
+        sol = solve(problem.cost_graph(weight, recompute=rc))
+        if best is None or sol.cost < best[0]:
+            best = (sol.cost, sol.strategies, rc, sol.stats)
+    assert best is not None
+    cost, choice, rc, stats = best
+    rc_of = {n: rc for n in choice if problem.layer.get(n) is not None}
+    layers = {lay: rc for n, lay in problem.layer.items() if lay is not None}
+    return Assignment(
+        {n: choice[n] for n in problem.option_time},
+        _options(problem, choice, weight, rc_of),
+        layers,
+        cost,
+        {**stats, "layered": False},
+    )
+
+
+def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Assignment:
+    """Exact optimum of ``problem`` at ``time + memory_weight * memory``, using the chain of
+    identical layers when there is one."""
     chain = find_chain(problem)
     if chain is None:
-        sol = solve(problem.cost_graph(memory_weight))
-        return Solution(sol.strategies, sol.cost, {**sol.stats, "layered": False})
+        return _solve_flat(problem, memory_weight)
     first, entry = chain.layers[1], chain.exits[0]
-    block = problem.cost_graph(memory_weight, nodes=set(first) | {entry})
-    m, recover_block = reduce_to(block, (entry, chain.exits[1]))
+    block_nodes = set(first) | {entry}
+    blocks = {}
+    for rc in variants(problem, set(first)):
+        block = problem.cost_graph(memory_weight, nodes=block_nodes, recompute=rc)
+        blocks[rc] = reduce_to(block, (entry, chain.exits[1]))
+    m = blocks[False][0]
+    which = np.zeros(m.shape, dtype=bool)
+    if True in blocks:
+        m_rc = blocks[True][0]
+        which = m_rc < m
+        m = np.where(which, m_rc, m)
     repeats = len(chain.layers) - 1
     stack = min_plus_power(m, repeats)
     last = chain.exits[-1]
     middle = {n for lay in chain.layers[1:] for n in lay}
-    top_nodes = (set(problem.time) - middle) | {last}
-    top = problem.cost_graph(memory_weight, nodes=top_nodes)
-    top = type(top)(top.node_costs, (*top.edges, (entry, last, stack)))
-    sol = solve(top)
-    choice = dict(sol.strategies)
+    top_nodes = (set(problem.option_time) - middle) | {last}
+    best: tuple[float, dict[str, int], bool, dict[str, Any]] | None = None
+    for rc in variants(problem, top_nodes - {last, entry}):
+        top = problem.cost_graph(memory_weight, nodes=top_nodes, recompute=rc)
+        top = CostGraph(top.node_costs, (*top.edges, (entry, last, stack)))
+        sol = solve(top)
+        if best is None or sol.cost < best[0]:
+            best = (sol.cost, sol.strategies, rc, sol.stats)
+    assert best is not None
+    cost, top_choice, top_rc, stats = best
+    choice = dict(top_choice)
+    rc_of = {n: top_rc for n in top_choice if problem.layer.get(n) is not None}
+    layers = {problem.layer[n]: top_rc for n in top_choice if problem.layer.get(n) is not None}
     bounds = _viterbi(m, choice[entry], choice[last], repeats)
     cache: dict[tuple[int, int], dict[str, int]] = {}
     for idx in range(1, len(chain.layers)):
         key = (bounds[idx - 1], bounds[idx])
+        rc = bool(which[key])
         if key not in cache:
-            cache[key] = recover_block(key)
+            cache[key] = blocks[rc][1](key)
         inner = cache[key]
         for src, dst in zip(first, chain.layers[idx]):
             choice[dst] = inner[src]
-    ordered = {n: choice[n] for n in problem.time}
-    return Solution(
+            rc_of[dst] = rc
+        lay = problem.layer[chain.layers[idx][0]]
+        if lay is not None:
+            layers[lay] = rc
+    ordered = {n: choice[n] for n in problem.option_time}
+    return Assignment(
         ordered,
-        sol.cost,
-        {**sol.stats, "layered": True, "repeats": repeats, "block_states": int(m.shape[0])},
+        _options(problem, ordered, memory_weight, rc_of),
+        layers,
+        cost,
+        {**stats, "layered": True, "repeats": repeats, "block_states": int(m.shape[0])},
     )
 
 

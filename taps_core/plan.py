@@ -1,9 +1,10 @@
-"""A plan: one strategy per op, costed with the topology-aware model whatever chose it.
+"""A plan: one choice per op, costed with the topology-aware model whatever chose it.
 
 :func:`evaluate` is the single place where a plan's reported numbers are computed: per-op
-compute and communication (in-op collectives plus resharding of its inputs, forward and
-gradient), per-link bytes and busy time, and memory per device. Comparing plans chosen by
-different cost models is fair because they are all reported through here.
+compute and communication (in-op collectives, weight-gradient sync, conversions of its inputs
+forward and of their gradients back), per-link bytes and busy time, memory per device, and the
+same communication under the volume model. Comparing plans chosen by different cost models is
+fair because they are all reported through here.
 """
 
 from __future__ import annotations
@@ -12,11 +13,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taps_core.collectives import Phase, TopologyCost
-from taps_core.costs import Memory, op_cost, reshard_phases
+from taps_core.collectives import Phase, TopologyCost, VolumeCost
+from taps_core.costs import Memory, op_cost, op_option, scaled
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
+from taps_core.reshard import convert_phases, plain
+from taps_core.search_problem import reader_layouts
 from taps_core.strategies import Strategy
+
+
+@dataclass(frozen=True)
+class OpChoice:
+    """What the plan does with one op: its sharding, ZeRO stage and layer recomputation."""
+
+    strategy: Strategy
+    zero: int = 0
+    recompute: bool = False
 
 
 @dataclass(frozen=True)
@@ -33,8 +45,8 @@ class OpPlan:
     comm_bytes: float
     phases: tuple[tuple[str, Phase], ...]
     memory: Memory
-
-
+    zero: int = 0
+    recompute: bool = False
 @dataclass(frozen=True)
 class LinkTraffic:
     """Bytes one directed link carries over a training/inference step, and its busy time."""
@@ -79,6 +91,9 @@ class Plan:
     intra_node_bytes: float
     inter_node_bytes: float
     search: SearchInfo = field(default_factory=lambda: SearchInfo("manual", 0.0, 0))
+    volume_comm_time_s: float = 0.0  # the same phases under the volume model (1/100 GB/s)
+    microbatches: int = 1
+    flash_attention: bool = False
 
     @property
     def comm_time_s(self) -> float:
@@ -101,61 +116,128 @@ class Plan:
     def strategies(self) -> dict[str, Strategy]:
         return {op.name: op.strategy for op in self.ops}
 
+    @property
+    def choices(self) -> dict[str, OpChoice]:
+        """Every op's full choice (strategy, ZeRO stage, recomputation), to re-evaluate."""
+        return {op.name: OpChoice(op.strategy, op.zero, op.recompute) for op in self.ops}
+
+    @property
+    def recomputed_layers(self) -> int:
+        """Layers whose forward is recomputed in backward."""
+        return len({op.layer for op in self.ops if op.recompute and op.layer is not None})
+
+
+def _as_choice(c: Strategy | OpChoice) -> OpChoice:
+    return c if isinstance(c, OpChoice) else OpChoice(c)
+
+
+def op_input_phases(
+    graph: OpGraph,
+    choice: dict[str, OpChoice],
+    name: str,
+    mode: str,
+    gpus_per_node: int,
+    microbatches: int = 1,
+) -> list[tuple[str, Phase]]:
+    """Conversions an op pays for its inputs: each produced input into the layout the op reads
+    (twice when its layer is recomputed) and, in training, the input's gradient back to the
+    producer's layout; a tied weight's reshard and gradient hand-back. Sibling ops share the
+    leader's conversions (see :attr:`~taps_core.graph.OpGraph.siblings`)."""
+    op = graph.op_by_name[name]
+    group = graph.siblings.get(name, (name,))
+    own = choice[name]
+    train = mode == "train"
+    k = microbatches
+    out: list[tuple[str, Phase]] = []
+    for pos, tname in enumerate(op.inputs):
+        producer = graph.producer.get(tname)
+        t = graph.tensors[tname]
+        if producer is not None and group[0] == name:
+            pop = graph.op_by_name[producer]
+            src = choice[producer].strategy.output_layout(pop)
+            wanted, grads = reader_layouts(op, pos, [own.strategy])
+            times = k * (2 if own.recompute and op.layer is not None and pop.layer == op.layer
+                         else 1)
+            fwd = convert_phases(t.nbytes, src, wanted[0], gpus_per_node)
+            out += [(f"reshard {tname}", scaled(p, times)) for p in fwd]
+            if train:
+                back = convert_phases(t.nbytes, grads[0], plain(src), gpus_per_node)
+                out += [(f"grad {tname}", p) for p in back]
+        elif t.tied:
+            owner = next((o for o in graph.consumers.get(t.tied_to, ()) if o != name), None)
+            if owner is None:
+                continue
+            oop = graph.op_by_name[owner]
+            opos = oop.inputs.index(t.tied_to)
+            own_w, own_g = reader_layouts(oop, opos, [choice[owner].strategy])
+            head_w, head_g = reader_layouts(op, pos, [own.strategy])
+            fwd = convert_phases(t.nbytes, plain(own_w[0]), head_w[0], gpus_per_node)
+            out += [(f"tied {tname}", p) for p in fwd]
+            if train and own_g[0] != head_g[0]:
+                back = convert_phases(t.nbytes, head_g[0], plain(own_w[0]), gpus_per_node)
+                out += [(f"grad_sync tied {tname}", p) for p in back]
+    return out
+
 
 def evaluate(
     graph: OpGraph,
     links: LinkModel,
     mode: str,
-    choice: dict[str, Strategy],
+    choice: dict[str, Strategy] | dict[str, OpChoice],
     *,
     label: str,
     cost_model: str,
     search: SearchInfo,
     memory_limit_bytes: float,
+    microbatches: int = 1,
 ) -> Plan:
-    """Cost ``choice`` on the topology of ``links`` (see the module docstring)."""
+    """Cost ``choice`` on the topology of ``links`` (see the module docstring).
+
+    ``choice`` maps every op to a :class:`OpChoice` (a bare Strategy means ZeRO 0, no
+    recomputation).
+    """
     topology = links.topology
     comm = TopologyCost(links)
-    train = mode == "train"
+    volume = VolumeCost()
     num_gpus = topology.num_gpus
+    g = topology.gpus_per_node
+    full = {n: _as_choice(c) for n, c in choice.items()}
     link_bytes = np.zeros(len(links.links))
     level_bytes = {"intra": 0.0, "inter": 0.0}
+    volume_s = 0.0
     ops: list[OpPlan] = []
     memory = Memory()
     for op in graph.ops:
-        s = choice[op.name]
-        cost = op_cost(graph, op, s, topology, mode)
-        phases = list(cost.phases)
-        for pos, tname in enumerate(op.inputs):
-            producer = graph.producer.get(tname)
-            if producer is None:
-                continue
-            src = choice[producer].layout(graph.op_by_name[producer].output_letters)
-            dst = s.layout(op.input_letters[pos])
-            nbytes = graph.tensors[tname].nbytes
-            phases += [(f"reshard {tname}", p) for p in reshard_phases(nbytes, src, dst)]
-            if train:
-                phases += [(f"reshard grad {tname}", p) for p in reshard_phases(nbytes, dst, src)]
+        c = full[op.name]
+        cost = op_cost(graph, op, c.strategy, topology, mode)
+        opt = op_option(
+            cost, mode, zero=c.zero, recompute=c.recompute, microbatches=microbatches
+        )
+        phases = list(opt.phases)
+        phases += op_input_phases(graph, full, op.name, mode, g, microbatches)
         seconds = 0.0
         sent = 0.0
         for _, p in phases:
             seconds += comm.seconds(p)
+            volume_s += volume.seconds(p)
             sent += p.per_rank_bytes * num_gpus
             level_bytes[p.level] += p.per_rank_bytes * num_gpus
             link_bytes += p.per_rank_bytes * links.pattern(p.level, p.q, p.pattern).loads
-        memory += cost.memory
+        memory += opt.memory
         ops.append(
             OpPlan(
                 op.name,
                 op.kind,
                 op.layer,
                 op.einsum,
-                s,
-                cost.compute_s,
+                c.strategy,
+                opt.compute_s,
                 seconds,
                 sent,
                 tuple(phases),
-                cost.memory,
+                opt.memory,
+                c.zero,
+                c.recompute,
             )
         )
     traffic = tuple(
@@ -163,6 +245,7 @@ def evaluate(
         for i, ((u, v, link), b) in enumerate(zip(links.links, link_bytes))
         if b > 0
     )
+    cfg = graph.meta.get("config")
     return Plan(
         label=label,
         model_name=graph.name,
@@ -179,4 +262,7 @@ def evaluate(
         intra_node_bytes=level_bytes["intra"],
         inter_node_bytes=level_bytes["inter"],
         search=search,
+        volume_comm_time_s=volume_s,
+        microbatches=microbatches,
+        flash_attention=bool(getattr(cfg, "flash_attention", False)),
     )

@@ -1,37 +1,37 @@
 """Plan search: TAPS (topology-aware DP), the volume-based baseline, Megatron-style and data
 parallelism, all under one memory limit and all reported with the topology-aware model.
 
-The memory limit is a sum over ops, which graph elimination cannot see, so it is folded in
-with a Lagrange multiplier: minimise ``time + w * memory`` and bisect ``w`` until the plan fits.
-If ``w = 0`` fits, the plan is the proven optimum; otherwise it is the best plan found under the
-limit, reported with the Lagrangian lower bound.
+Every planner gets the same exact search: the plain DP when the fastest plan fits in memory,
+otherwise a Lagrangian bound and an exact search over (time, memory) fronts within its gap
+(:mod:`taps_core.constrained`). A plan's status is "optimal" only when that is proven.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from taps_core.collectives import CommCost, TopologyCost, VolumeCost
+from taps_core.constrained import Bounds, dual_bounds, evaluate_at, exact_fronts
 from taps_core.costs import MODES
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.graph import OpGraph, OpSpec
-from taps_core.layered import solve_problem
+from taps_core.layered import Assignment
 from taps_core.linkmodel import LinkModel
-from taps_core.plan import Plan, SearchInfo, evaluate
+from taps_core.plan import OpChoice, Plan, SearchInfo, evaluate
 from taps_core.search_problem import SearchProblem, StrategyFilter, build_problem
-from taps_core.solver.problem import Solution
+from taps_core.solver.fronts import TruncatedError
 from taps_core.strategies import Mesh, SearchSpace, Strategy, op_strategies
 from taps_core.topology import Topology
 
 COST_MODELS = ("topology", "volume")
 BASELINES = ("taps", "volume", "megatron", "data_parallel")
-BISECTION_STEPS = 8
-LEANEST_WEIGHT = 1e-3  # seconds per byte
-GAP_TOLERANCE = 0.005  # stop bisecting once within 0.5% of the Lagrangian bound
+LEANEST_WEIGHT = 1e-3  # seconds per byte: memory dominates, time only breaks ties
+PROOF_TOLERANCE = 1e-9  # a plan within this fraction of the dual bound is proven optimal
+FIRST_GAP_FRACTION = 1 / 64  # the first front search keeps points this close to the bound
 GiB = 2**30
 
 
@@ -43,59 +43,72 @@ class NotFitting:
     reason: str
 
 
-def _totals(problem: SearchProblem, sol: Solution, weight: float) -> tuple[float, float]:
-    """(search cost in seconds, memory per device in bytes) of a solution found at ``weight``."""
-    m = sum(float(problem.memory[n][i]) for n, i in sol.strategies.items())
-    return sol.cost - weight * m, m
-
-
-def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Solution, SearchInfo]:
-    """Solve exactly, then bisect the memory weight if the optimum does not fit."""
+def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Assignment, SearchInfo]:
+    """The fastest plan within ``limit`` bytes per device, proven optimal (see
+    :mod:`taps_core.constrained`); the dual gap is reported when a proof is out of reach."""
     start = time.perf_counter()
-    sol = solve_problem(problem, 0.0)
-    _, m0 = _totals(problem, sol, 0.0)
-    algorithm = "dp-layered" if sol.stats.get("layered") else "dp-elimination"
-    count = sum(len(v) for v in problem.time.values())
-    if m0 <= limit:
-        return sol, SearchInfo(algorithm, time.perf_counter() - start, count, "optimal")
-    # the leanest plan: memory dominates (1 s per KiB), time only breaks ties
-    lo, hi = 0.0, LEANEST_WEIGHT
-    sol_hi = solve_problem(problem, hi)
-    t_hi, m_hi = _totals(problem, sol_hi, hi)
-    if m_hi > limit:
-        raise InfeasibleError(
-            f"memory: the leanest plan needs {m_hi / GiB:.3g} GiB per device for {mode}, over "
-            f"the {limit / GiB:.3g} GiB limit; use more GPUs, a smaller batch or inference"
+    fast = evaluate_at(problem, 0.0)
+    algorithm = "dp-layered" if fast[0].stats.get("layered") else "dp-elimination"
+    count = problem.num_strategies
+
+    def info(status: str, lower: float | None, note: str, lam: float = 0.0) -> SearchInfo:
+        return SearchInfo(
+            algorithm, time.perf_counter() - start, count, status, lam, lower, note
         )
-    best, best_t = sol_hi, t_hi
-    bound = sol.cost
-    # first guess: the slope between the fastest and the leanest plan (a dual breakpoint)
-    mid = (t_hi - sol.cost) / max(m0 - m_hi, 1.0)
-    for _ in range(BISECTION_STEPS):
-        if not lo < mid < hi:
-            mid = math.sqrt(max(lo, hi * 1e-9) * hi)  # bisect in log space
-        cand = solve_problem(problem, mid)
-        t, m = _totals(problem, cand, mid)
-        bound = max(bound, cand.cost - mid * limit)
-        if m <= limit:
-            hi = mid
-            if t < best_t:
-                best, best_t = cand, t
-        else:
-            lo = mid
-        if best_t - bound <= GAP_TOLERANCE * best_t:
-            break  # provably within the tolerance of the constrained optimum
-        mid = -1.0
-    info = SearchInfo(
-        algorithm,
-        time.perf_counter() - start,
-        count,
-        "feasible",
-        memory_weight=hi,
-        lower_bound_s=bound,
-        note=f"memory limit binds; best plan within {best_t - bound:.3g} s of the Lagrangian bound",
+
+    if fast[2] <= limit:
+        return fast[0], info("optimal", fast[1], "")
+    lean = evaluate_at(problem, LEANEST_WEIGHT)
+    if lean[2] > limit:
+        raise InfeasibleError(
+            f"memory: the leanest plan needs {lean[2] / GiB:.3g} GiB per device for {mode}, "
+            f"over the {limit / GiB:.3g} GiB limit; use more GPUs, a smaller batch or more "
+            "micro-batches"
+            + ("" if mode == "infer" else ", or a smaller model")
+        )
+    bounds = dual_bounds(problem, limit, fast, lean)
+    gap = bounds.best_time - bounds.lower
+    if gap <= PROOF_TOLERANCE * bounds.best_time:
+        return bounds.best, info(
+            "optimal", bounds.lower, "memory limit binds; optimal by the Lagrangian bound",
+            bounds.lam,
+        )
+    exact, tried = _deepening(problem, limit, bounds)
+    if exact is None:
+        return bounds.best, info(
+            "feasible",
+            bounds.lower,
+            f"memory limit binds; best plan within {gap:.3g} s of the Lagrangian bound "
+            f"(the exact front search outgrew its budget at a {tried:.3g} s gap)",
+            bounds.lam,
+        )
+    return exact, info(
+        "optimal",
+        exact.cost,
+        f"memory limit binds; exact over (time, memory) fronts within the "
+        f"{gap:.3g} s dual gap",
+        bounds.lam,
     )
-    return best, info
+
+
+def _deepening(
+    problem: SearchProblem, limit: float, bounds: Bounds
+) -> tuple[Assignment | None, float]:
+    """Front searches with a growing gap until one proves its answer: a run keeping points
+    within ``g`` of the bound is exact once its best time is within ``g`` of the bound too."""
+    full = bounds.best_time - bounds.lower
+    g = full * FIRST_GAP_FRACTION
+    while True:
+        trial = replace(bounds, best_time=bounds.lower + g)
+        try:
+            found = exact_fronts(problem, limit, trial)
+        except TruncatedError:
+            return None, g
+        if found is not None and found.cost - bounds.lower <= g * (1 + 1e-9):
+            return found, g
+        if g >= full:
+            return found, g
+        g = min(full, max(g * 4, (found.cost - bounds.lower) if found is not None else 0.0))
 
 
 def check_workload(graph: OpGraph, topology: Topology, space: SearchSpace = SearchSpace()) -> None:
@@ -159,7 +172,7 @@ def search(
         info.lower_bound_s,
         info.note,
     )
-    choice = {op.name: problem.strategies[op.name][sol.strategies[op.name]] for op in graph.ops}
+    choice = choices_of(problem, sol)
     return evaluate(
         graph,
         links,
@@ -170,6 +183,19 @@ def search(
         search=info,
         memory_limit_bytes=limit,
     )
+
+
+def choices_of(problem: SearchProblem, sol: Assignment) -> dict[str, OpChoice]:
+    """Every op's strategy, ZeRO stage and recomputation from a solved assignment."""
+    out: dict[str, OpChoice] = {}
+    for node, names in problem.members.items():
+        s = problem.strategies[node][sol.strategies[node]]
+        zero = problem.option_zero[node][sol.options[node]]
+        lay = problem.layer[node]
+        rc = bool(sol.recompute.get(lay, False)) if lay is not None else False
+        for name in names:
+            out[name] = OpChoice(s, zero, rc)
+    return {op.name: out[op.name] for op in problem.graph.ops}
 
 
 # ---- baselines as restrictions of the same space ------------------------------------------
@@ -229,8 +255,8 @@ def megatron_filter(graph: OpGraph, topology: Topology) -> StrategyFilter:
             return True
         letter = tp_letter(op)
         if letter is not None:
-            if graph.dim_sizes(op)[letter] % g:  # Megatron pads (vocab); we replicate instead
-                return s.intra == ()
+            if graph.dim_sizes(op)[letter] % g and letter not in op.padded:
+                return s.intra == ()  # a dim that cannot be split (or padded) stays whole
             return s.intra == ((letter, g),)
         return s.intra == () or (
             len(s.intra) == 1 and s.intra[0] == (s.intra[0][0], g) and s.intra[0][0] in tp_letters
@@ -291,7 +317,7 @@ def compare(
                     graph,
                     links,
                     mode,
-                    other.strategies,
+                    other.choices,
                     label="taps",
                     cost_model="topology",
                     memory_limit_bytes=taps.memory_limit_bytes,

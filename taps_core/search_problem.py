@@ -1,11 +1,17 @@
-"""Turn (model graph, topology, mode, cost model) into a :class:`CostGraph` to solve.
+"""Turn (model graph, topology, mode, cost model) into the pairwise problem the search solves.
 
-Every op is a node whose strategies are its shardings; every op output that is read by another
-op gets a *tensor node* whose strategies are the layouts its producer can emit. The producer's
-edge to it selects (0 for the layout a strategy emits, +inf otherwise); each consumer's edge
-costs the resharding from the tensor's layout to the layout that consumer wants. This keeps
-edges small (layouts are far fewer than strategies) and makes fan-out exact: one layout, each
-consumer paying its own conversion. Costs of identical ops are computed once.
+Nodes:
+- one *op node* per op, or per sibling group (Q/K/V, gate/up: one shared strategy, see
+  :attr:`~taps_core.graph.OpGraph.siblings`), named after its first op. Its strategies are the
+  shardings; each strategy has *options* (the ZeRO stage), with a time and a memory each, in
+  two *variants*: the layer kept for backward, or recomputed (``recompute=True``);
+- one *tensor node* per op output read by another op, whose strategies are the layouts its
+  producer can emit (partial sums included when a strategy defers them).
+
+Edges: the producer selects its layout (0 for the layout a strategy emits, +inf otherwise); each
+reader pays the conversion from the tensor's layout to the layout it reads and, in training, the
+way back of its (possibly partial) input gradient. A tied weight adds an edge between its owner
+and its reader. Costs of identical ops and edges are computed once.
 """
 
 from __future__ import annotations
@@ -15,62 +21,220 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taps_core.collectives import CommCost
-from taps_core.costs import OpCost, Resharder, op_cost
+from taps_core.collectives import CommCost, Phase
+from taps_core.costs import OpCost, op_cost, weight_memory, weight_phases, zero_stages
+from taps_core.errors import InfeasibleError
 from taps_core.graph import OpGraph, OpSpec
+from taps_core.reshard import Resharder, plain
 from taps_core.solver.problem import CostGraph
 from taps_core.strategies import Layout, Mesh, SearchSpace, Strategy, op_strategies
 from taps_core.topology import Topology
 
 StrategyFilter = Callable[[OpGraph, OpSpec, Strategy], bool]
 TENSOR_PREFIX = "tensor:"
+MOE_KINDS = frozenset({"moe_dispatch", "moe_combine"})
 
 
 def op_signature(graph: OpGraph, op: OpSpec) -> tuple:
-    """Everything that determines an op's strategies and costs (not its name or layer)."""
+    """Everything that determines an op's strategies and costs (not its name or layer index)."""
     specs = tuple(
         (t.shape, t.dtype_bytes, t.is_param, t.tied, t.requires_grad)
         for t in (graph.tensors[n] for n in (*op.inputs, op.output))
     )
-    readers = tuple(len(graph.consumers.get(n, ())) for n in op.inputs)  # activation sharing
+    readers = tuple(graph.savers(n) for n in op.inputs)  # activation sharing
+    inside = tuple(
+        graph.producer.get(n) is not None
+        and graph.op_by_name[graph.producer[n]].layer == op.layer
+        for n in op.inputs
+    )
+    group = graph.siblings.get(op.name, (op.name,))
     return (
         op.kind,
         op.einsum,
         specs,
         readers,
+        inside,
+        op.layer is None,
+        group.index(op.name),
+        len(group),
         op.fixed,
         op.stat_letters,
         op.tp_role,
         op.flops_factor,
         op.fwd_flops,
+        op.saves_inputs,
+        op.mask_bytes,
+        op.score_bytes,
+        op.padded,
+        bool(graph.consumers.get(op.output)),
     )
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Edge ``u -> v`` with its cost matrix [S_u, S_v] for kept and for recomputed layers."""
+
+    u: str
+    v: str
+    keep: np.ndarray
+    recompute: np.ndarray
 
 
 @dataclass
 class SearchProblem:
-    """Strategies, costs and the tensor-node structure of one planning run.
+    """Strategies, options and edges of one planning run (see the module docstring).
 
-    ``time`` and ``memory`` hold each node's per-strategy seconds and bytes per device, so the
-    memory multiplier can be changed without recomputing anything.
+    ``option_time[node][recompute]`` and ``option_memory[node][recompute]`` are arrays
+    [strategies, options] of seconds and bytes per device (+inf time for an absent option);
+    ``option_zero[node]`` is the ZeRO stage of each option column.
     """
 
     graph: OpGraph
     topology: Topology
     mesh: Mesh
     mode: str
+    microbatches: int
     strategies: dict[str, list[Strategy]]
-    layouts: dict[str, list[Layout]]  # tensor node -> its layouts
-    time: dict[str, np.ndarray]
-    memory: dict[str, np.ndarray]
-    edges: list[tuple[str, str, np.ndarray]]
-    op_costs: dict[str, list[OpCost]] = field(default_factory=dict)
+    members: dict[str, tuple[str, ...]]
+    layouts: dict[str, list[Layout]]
+    option_time: dict[str, dict[bool, np.ndarray]]
+    option_memory: dict[str, dict[bool, np.ndarray]]
+    option_zero: dict[str, tuple[int, ...]]
+    edges: list[Edge]
+    layer: dict[str, int | None]
+    op_costs: dict[str, list[list[OpCost]]] = field(default_factory=dict)
 
-    def cost_graph(self, memory_weight: float = 0.0, nodes: set[str] | None = None) -> CostGraph:
-        """The problem with node cost ``time + memory_weight * memory`` (optionally a subgraph)."""
-        keep = self.time.keys() if nodes is None else nodes
-        costs = {n: self.time[n] + memory_weight * self.memory[n] for n in self.time if n in keep}
-        edges = tuple(e for e in self.edges if e[0] in costs and e[1] in costs)
+    @property
+    def nodes(self) -> list[str]:
+        """Every node, op and tensor nodes, in graph order."""
+        return list(self.option_time)
+
+    @property
+    def num_strategies(self) -> int:
+        return int(sum(len(v[False]) for v in self.option_time.values()))
+
+    def node_cost(self, node: str, weight: float, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(cost per strategy, chosen option per strategy) at ``time + weight * memory``.
+
+        Ties between options go to the one holding less memory (ZeRO-2 over ZeRO-0 at equal
+        time), then to the lower stage.
+        """
+        t = self.option_time[node][recompute]
+        m = self.option_memory[node][recompute]
+        val = t + weight * m if weight else t
+        best = val.min(axis=1)
+        tol = 1e-12 * np.abs(best) + 1e-300
+        tie = np.where(val <= (best + tol)[:, None], m, np.inf)
+        choice = tie.argmin(axis=1)
+        return best, choice
+
+    def min_memory(self, node: str) -> float:
+        """Least memory this node can hold under any strategy, option and variant (bytes)."""
+        return float(min(np.min(m) for m in self.option_memory[node].values()))
+
+    def cost_graph(
+        self, memory_weight: float = 0.0, nodes: set[str] | None = None, recompute: bool = False
+    ) -> CostGraph:
+        """The problem at ``time + memory_weight * memory`` (optionally a subgraph), with every
+        layered node in the given variant."""
+        keep = self.option_time.keys() if nodes is None else nodes
+        costs = {
+            n: self.node_cost(n, memory_weight, recompute)[0]
+            for n in self.option_time
+            if n in keep
+        }
+        edges = tuple(
+            (e.u, e.v, e.recompute if recompute else e.keep)
+            for e in self.edges
+            if e.u in costs and e.v in costs
+        )
         return CostGraph(costs, edges)
+
+
+@dataclass(frozen=True)
+class _OpTables:
+    """Per-strategy quantities of one op, reused by every op with the same signature."""
+
+    costs: list[OpCost]
+    compute: np.ndarray  # one forward pass, seconds
+    fwd: np.ndarray  # in-op collectives of one forward, seconds
+    bwd: np.ndarray
+    saved: np.ndarray
+    boundary: np.ndarray
+    fixed_memory: np.ndarray  # KV cache + inference working set
+    weight_time: np.ndarray  # [S, len(stages)]
+    weight_memory: np.ndarray  # [S, len(stages)]
+
+
+def _op_tables(
+    graph: OpGraph,
+    op: OpSpec,
+    strats: list[Strategy],
+    topology: Topology,
+    mode: str,
+    seconds: Callable[[Phase], float],
+    stages: tuple[int, ...],
+    microbatches: int,
+) -> _OpTables:
+    g = topology.gpus_per_node
+    costs = [op_cost(graph, op, s, topology, mode, gpus_per_node=g) for s in strats]
+    memo: dict[tuple, tuple[float, float]] = {}
+    wt = np.full((len(strats), len(stages)), np.inf)
+    wm = np.full((len(strats), len(stages)), np.inf)
+    for i, c in enumerate(costs):
+        own = zero_stages(c, mode)
+        for j, z in enumerate(stages):
+            if z not in own:
+                continue
+            t = m = 0.0
+            for w in c.weights:
+                key = (w.held_bytes, w.elements, w.group, w.copies, w.tied, z)
+                if key not in memo:
+                    memo[key] = (
+                        sum(seconds(p) for _, p in weight_phases(w, mode, z, microbatches)),
+                        weight_memory(w, mode, z).total,
+                    )
+                dt, dm = memo[key]
+                t += dt
+                m += dm
+            wt[i, j], wm[i, j] = t, m
+    return _OpTables(
+        costs,
+        np.array([c.compute_fwd_s for c in costs]),
+        np.array([sum(seconds(p) for _, p in c.fwd) for c in costs]),
+        np.array([sum(seconds(p) for _, p in c.bwd) for c in costs]),
+        np.array([c.saved_bytes for c in costs]),
+        np.array([c.boundary_bytes for c in costs]),
+        np.array([c.kv_cache_bytes + c.workspace_bytes for c in costs]),
+        wt,
+        wm,
+    )
+
+
+def _group_strategies(
+    graph: OpGraph,
+    ops: list[OpSpec],
+    mesh: Mesh,
+    space: SearchSpace,
+    allow: StrategyFilter | None,
+) -> list[Strategy]:
+    """Strategies valid for every op of a sibling group, in the first op's order."""
+    lists = []
+    for op in ops:
+        strats = op_strategies(graph, op, mesh, space)
+        if allow is not None:
+            strats = [s for s in strats if allow(graph, op, s)]
+        lists.append(strats)
+    common = set(lists[0]).intersection(*map(set, lists[1:]))
+    out = [s for s in lists[0] if s in common]
+    if not out:
+        op = ops[0]
+        sizes = ", ".join(f"{k}={v}" for k, v in graph.dim_sizes(op).items())
+        raise InfeasibleError(
+            f"op {op.name}: no strategy splits its dims ({sizes}) over {mesh.inter} "
+            f"nodes x {mesh.intra} GPUs under these plan rules"
+        )
+    return out
 
 
 def build_problem(
@@ -81,72 +245,225 @@ def build_problem(
     *,
     space: SearchSpace = SearchSpace(),
     allow: StrategyFilter | None = None,
-    ops: list[OpSpec] | None = None,
+    microbatches: int = 1,
 ) -> SearchProblem:
-    """Build the node costs and edges for ``ops`` (default: all ops of the graph)."""
-    from taps_core.errors import InfeasibleError
-
+    """Build node options and edges of every op (costs per micro-batch x ``microbatches``)."""
     mesh = Mesh(topology.nodes, topology.gpus_per_node)
-    resharder = Resharder(comm)
+    resharder = Resharder(comm, topology.gpus_per_node)
     train = mode == "train"
-    ops = list(graph.ops) if ops is None else ops
-    op_names = {op.name for op in ops}
-    memo: dict[tuple, tuple[list[Strategy], list[OpCost], np.ndarray, np.ndarray]] = {}
+    k = microbatches
+    stages = (0, 1, 2, 3) if train else (0, 3)
+    members: dict[str, tuple[str, ...]] = {}
+    node_of: dict[str, str] = {}
+    for op in graph.ops:
+        group = graph.siblings.get(op.name, (op.name,))
+        members.setdefault(group[0], group)
+        node_of[op.name] = group[0]
     strategies: dict[str, list[Strategy]] = {}
-    time: dict[str, np.ndarray] = {}
-    memory: dict[str, np.ndarray] = {}
-    op_costs: dict[str, list[OpCost]] = {}
-    for op in ops:
-        sig = op_signature(graph, op)
+    option_time: dict[str, dict[bool, np.ndarray]] = {}
+    option_memory: dict[str, dict[bool, np.ndarray]] = {}
+    option_zero: dict[str, tuple[int, ...]] = {}
+    layer: dict[str, int | None] = {}
+    op_costs: dict[str, list[list[OpCost]]] = {}
+    memo: dict[tuple, tuple] = {}
+    for node, names in members.items():
+        ops = [graph.op_by_name[n] for n in names]
+        sig = tuple(op_signature(graph, op) for op in ops)
         if sig not in memo:
-            strats = op_strategies(graph, op, mesh, space)
-            if allow is not None:
-                strats = [s for s in strats if allow(graph, op, s)]
-            if not strats:
-                sizes = ", ".join(f"{k}={v}" for k, v in graph.dim_sizes(op).items())
-                raise InfeasibleError(
-                    f"op {op.name}: no strategy splits its dims ({sizes}) over {mesh.inter} "
-                    f"nodes x {mesh.intra} GPUs under these plan rules"
-                )
-            costs = [op_cost(graph, op, s, topology, mode) for s in strats]
-            t = np.array([c.compute_s + sum(comm.seconds(p) for _, p in c.phases) for c in costs])
-            m = np.array([c.memory.total for c in costs])
-            memo[sig] = (strats, costs, t, m)
-        strategies[op.name], op_costs[op.name], time[op.name], memory[op.name] = memo[sig]
+            strats = _group_strategies(graph, ops, mesh, space, allow)
+            tabs = [
+                _op_tables(graph, op, strats, topology, mode, comm.seconds, stages, k)
+                for op in ops
+            ]
+            compute = sum(t.compute for t in tabs)
+            fwd = sum(t.fwd for t in tabs)
+            bwd = sum(t.bwd for t in tabs)
+            wt = sum(t.weight_time for t in tabs)
+            wm = sum(t.weight_memory for t in tabs)
+            fixed = sum(t.fixed_memory for t in tabs)
+            used = [j for j in range(len(stages)) if np.isfinite(wt[:, j]).any()]
+            wt, wm = wt[:, used], wm[:, used]
+            zeros = tuple(stages[j] for j in used)
+            times, mems = {}, {}
+            for rc in (False, True) if train else (False,):
+                passes = (4.0 if rc else 3.0) if train else 1.0
+                base = k * (passes * compute + (2 if rc else 1) * fwd + bwd)
+                act = sum(t.boundary if rc else t.saved for t in tabs)
+                times[rc] = base[:, None] + wt
+                mems[rc] = (act + fixed)[:, None] + wm
+            if not train:
+                times[True], mems[True] = times[False], mems[False]
+            memo[sig] = (strats, times, mems, zeros, [t.costs for t in tabs])
+        strats, times, mems, zeros, costs = memo[sig]
+        strategies[node] = strats
+        lay = ops[0].layer
+        layered = train and lay is not None
+        option_time[node] = times if layered else {False: times[False], True: times[False]}
+        option_memory[node] = mems if layered else {False: mems[False], True: mems[False]}
+        option_zero[node] = zeros
+        layer[node] = lay
+        op_costs[node] = costs
     layouts: dict[str, list[Layout]] = {}
-    edges: list[tuple[str, str, np.ndarray]] = []
-    edge_memo: dict[tuple, np.ndarray] = {}
-    emit_memo: dict[tuple, tuple[list[Layout], np.ndarray, np.ndarray]] = {}
-    for op in ops:
-        readers = [c for c in graph.consumers.get(op.output, ()) if c in op_names]
-        if not readers:
-            continue
-        node = TENSOR_PREFIX + op.output
-        sig = op_signature(graph, op)
-        if sig not in emit_memo:
-            emitted = [s.layout(op.output_letters) for s in strategies[op.name]]
-            uniq = sorted(set(emitted))
-            index = {lay: i for i, lay in enumerate(uniq)}
-            select = np.full((len(emitted), len(uniq)), np.inf)
-            select[np.arange(len(emitted)), [index[e] for e in emitted]] = 0.0
-            emit_memo[sig] = (uniq, select, np.zeros(len(uniq)))
-        uniq, select, zeros = emit_memo[sig]
-        layouts[node] = uniq
-        time[node] = zeros
-        memory[node] = zeros
-        edges.append((op.name, node, select))
-        nbytes = graph.tensors[op.output].nbytes
-        for reader in readers:
-            rop = graph.op_by_name[reader]
-            for pos, tname in enumerate(rop.inputs):
-                if tname != op.output:
-                    continue
-                letters = rop.input_letters[pos]
-                key = (op_signature(graph, op), op_signature(graph, rop), pos)
-                if key not in edge_memo:
-                    wanted = [s.layout(letters) for s in strategies[reader]]
-                    edge_memo[key] = resharder.matrix(nbytes, uniq, wanted, train=train)
-                edges.append((node, reader, edge_memo[key]))
+    edges: list[Edge] = []
+    emit_memo: dict[tuple, tuple[list[Layout], np.ndarray]] = {}
+    edge_memo: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # (kept, recomputed)
+    for node, names in members.items():
+        for name in names:
+            op = graph.op_by_name[name]
+            readers = list(dict.fromkeys(node_of[c] for c in graph.consumers.get(op.output, ())))
+            if not readers:
+                continue
+            tnode = TENSOR_PREFIX + op.output
+            sig = op_signature(graph, op)
+            emit_key = (sig, id(strategies[node]))
+            if emit_key not in emit_memo:
+                emitted = [s.output_layout(op) for s in strategies[node]]
+                uniq = sorted(set(emitted))
+                index = {lay: i for i, lay in enumerate(uniq)}
+                select = np.full((len(emitted), len(uniq)), np.inf)
+                select[np.arange(len(emitted)), [index[e] for e in emitted]] = 0.0
+                emit_memo[emit_key] = (uniq, select)
+            uniq, select = emit_memo[emit_key]
+            layouts[tnode] = uniq
+            zero = np.zeros((len(uniq), 1))
+            option_time[tnode] = {False: zero, True: zero}
+            option_memory[tnode] = {False: zero, True: zero}
+            option_zero[tnode] = (0,)
+            layer[tnode] = op.layer
+            edges.append(Edge(node, tnode, select, select))
+            tensor = graph.tensors[op.output]
+            for reader in readers:
+                rop = graph.op_by_name[reader]
+                for pos, tname in enumerate(rop.inputs):
+                    if tname != op.output:
+                        continue
+                    same_layer = rop.layer is not None and rop.layer == op.layer
+                    key = (emit_key, op_signature(graph, rop), id(strategies[reader]), pos)
+                    key = (*key, same_layer)
+                    if key not in edge_memo:
+                        fwd, bwd = _reader_matrices(
+                            resharder, tensor.nbytes, uniq, rop, pos, strategies[reader], train
+                        )
+                        keep = k * fwd + bwd
+                        again = k * 2 * fwd + bwd if same_layer and train else keep
+                        edge_memo[key] = (keep, again)
+                    edges.append(Edge(tnode, reader, *edge_memo[key]))
+    edges += _tie_edges(graph, node_of, strategies, resharder, train)
+    ordered = {n: option_time[n] for n in _graph_order(graph, members, layouts)}
     return SearchProblem(
-        graph, topology, mesh, mode, strategies, layouts, time, memory, edges, op_costs
+        graph,
+        topology,
+        mesh,
+        mode,
+        k,
+        strategies,
+        members,
+        layouts,
+        ordered,
+        {n: option_memory[n] for n in ordered},
+        {n: option_zero[n] for n in ordered},
+        edges,
+        {n: layer[n] for n in ordered},
+        op_costs,
     )
+
+
+def _graph_order(
+    graph: OpGraph, members: dict[str, tuple[str, ...]], layouts: dict[str, list[Layout]]
+) -> list[str]:
+    """Op nodes in graph order, each followed by its members' tensor nodes."""
+    out: list[str] = []
+    for node, names in members.items():
+        out.append(node)
+        out += [
+            TENSOR_PREFIX + graph.op_by_name[n].output
+            for n in names
+            if TENSOR_PREFIX + graph.op_by_name[n].output in layouts
+        ]
+    return out
+
+
+def grad_partial(op: OpSpec, pos: int, s: Strategy) -> tuple[int, int]:
+    """(inter, intra) ways the gradient of input ``pos`` is a partial sum under ``s``."""
+    if op.kind in MOE_KINDS:
+        return (1, 1)
+    absent = set(op.letters) - set(op.input_letters[pos]) - op.fixed
+    return s.partial(absent)
+
+
+def reader_layouts(op: OpSpec, pos: int, strats: list[Strategy]) -> tuple[list, list]:
+    """(layout each strategy reads input ``pos`` in, layout of its gradient with partials)."""
+    letters = op.input_letters[pos]
+    wanted = [s.layout(letters) for s in strats]
+    grads = [(w[0], w[1], grad_partial(op, pos, s)) for w, s in zip(wanted, strats)]
+    return wanted, grads
+
+
+def _reader_matrices(
+    resharder: Resharder,
+    nbytes: float,
+    tensor_layouts: list[Layout],
+    op: OpSpec,
+    pos: int,
+    strats: list[Strategy],
+    train: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(forward conversion, gradient's way back) seconds, each [tensor layouts, strategies]."""
+    wanted, grads = reader_layouts(op, pos, strats)
+    fwd = _convert_unique(resharder, nbytes, tensor_layouts, wanted)
+    if not train:
+        return fwd, np.zeros_like(fwd)
+    targets = [plain(t) for t in tensor_layouts]
+    bwd = _convert_unique(resharder, nbytes, grads, targets).T
+    return fwd, bwd
+
+
+def _convert_unique(
+    resharder: Resharder, nbytes: float, src: list[Layout], dst: list[Layout]
+) -> np.ndarray:
+    """:meth:`Resharder.convert` over the distinct layouts, expanded back to the lists."""
+    us, ud = sorted(set(src)), sorted(set(dst))
+    mat = resharder.convert(nbytes, us, ud)
+    pos_s = {x: i for i, x in enumerate(us)}
+    pos_d = {x: i for i, x in enumerate(ud)}
+    ia = np.array([pos_s[x] for x in src])
+    ib = np.array([pos_d[x] for x in dst])
+    return mat[np.ix_(ia, ib)]
+
+
+def _tie_edges(
+    graph: OpGraph,
+    node_of: dict[str, str],
+    strategies: dict[str, list[Strategy]],
+    resharder: Resharder,
+    train: bool,
+) -> list[Edge]:
+    """Edges joining a tied weight's reader to its owner's reader: the weight is resharded to
+    the reader's layout, and in training the reader's gradient is reduced into the owner's
+    layout (free when both hold it the same way with the same partial sums: summed locally)."""
+    edges: list[Edge] = []
+    for op in graph.ops:
+        for pos, tname in enumerate(op.inputs):
+            t = graph.tensors[tname]
+            if not t.tied:
+                continue
+            owner = next(
+                (o for o in graph.consumers.get(t.tied_to, ()) if o != op.name), None
+            )
+            if owner is None:
+                continue
+            oop = graph.op_by_name[owner]
+            opos = oop.inputs.index(t.tied_to)
+            own_w, own_g = reader_layouts(oop, opos, strategies[node_of[owner]])
+            head_w, head_g = reader_layouts(op, pos, strategies[node_of[op.name]])
+            fwd = _convert_unique(resharder, t.nbytes, [plain(x) for x in own_w], head_w)
+            mat = fwd
+            if train:
+                back = _convert_unique(resharder, t.nbytes, head_g, [plain(x) for x in own_w]).T
+                codes = {x: i for i, x in enumerate(dict.fromkeys([*own_g, *head_g]))}
+                own_c = np.array([codes[x] for x in own_g])
+                head_c = np.array([codes[x] for x in head_g])
+                same = own_c[:, None] == head_c[None, :]
+                mat = fwd + np.where(same, 0.0, back)
+            edges.append(Edge(node_of[owner], node_of[op.name], mat, mat))
+    return edges

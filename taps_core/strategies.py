@@ -5,7 +5,12 @@ The mesh has an ``inter`` level (one coordinate per host, size = nodes) and an `
 split factor each. By default a level is either used whole (the factors multiply to the level
 size) or left replicated, so e.g. 8 GPUs can be TP=4 x DP=2, TP=8 or DP=8, and 16 nodes can be
 batch 16, or batch 4 x heads 4. Fixed letters are never split; every letter's total factor must
-divide its size.
+divide its size, except ``padded`` letters (the vocabulary), which are padded up to the split.
+
+An op whose contraction is split leaves partial sums. By default it all-reduces them itself; a
+``defer`` strategy instead emits the partial sums and lets the consumer's conversion reduce
+them, as a reduce-scatter when the consumer wants the output split that way (Megatron's
+sequence parallelism) or an all-reduce otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from taps_core.graph import OpGraph, OpSpec
 LEVELS = ("inter", "intra")
 
 LevelSplit = tuple[tuple[str, int], ...]  # ((letter, factor), ...) in the op's letter order
-Layout = tuple[tuple[int, ...], tuple[int, ...]]  # per level: factor per tensor position
+# per level: split factor per tensor position, then (inter, intra) ways of pending partial sums
+Layout = tuple[tuple[int, ...], tuple[int, ...], tuple[int, int]]
+NO_PARTIAL = (1, 1)
+DEFERRABLE_KINDS = frozenset({"matmul", "embedding", "conv"})
 
 
 @dataclass(frozen=True)
@@ -48,10 +56,15 @@ class SearchSpace:
 
 @dataclass(frozen=True)
 class Strategy:
-    """One op's sharding: letter splits on the inter-node and intra-node levels."""
+    """One op's sharding: letter splits on the inter-node and intra-node levels.
+
+    ``defer`` (only with a split contraction) emits the output as partial sums, reduced by the
+    consumer's conversion instead of an all-reduce inside the op.
+    """
 
     inter: LevelSplit
     intra: LevelSplit
+    defer: bool = False
 
     def level(self, level: str) -> LevelSplit:
         return self.inter if level == "inter" else self.intra
@@ -78,15 +91,31 @@ class Strategy:
         return (
             tuple(self.factor(ch, "inter") for ch in letters),
             tuple(self.factor(ch, "intra") for ch in letters),
+            NO_PARTIAL,
         )
 
+    def partial(self, letters: frozenset[str] | set[str]) -> tuple[int, int]:
+        """(inter, intra) ways the given (contracted) letters are split: the partial-sum group."""
+        return (
+            math.prod(self.factor(ch, "inter") for ch in letters),
+            math.prod(self.factor(ch, "intra") for ch in letters),
+        )
+
+    def output_layout(self, op: OpSpec) -> Layout:
+        """The layout ``op`` emits under this strategy (with pending partial sums if deferred)."""
+        inter, intra, _ = self.layout(op.output_letters)
+        if not self.defer:
+            return inter, intra, NO_PARTIAL
+        return inter, intra, self.partial(op.contracted - op.fixed)
+
     def label(self) -> str:
-        """Compact text, e.g. ``inter[b4] intra[n8]``; ``R`` is replicated."""
+        """Compact text, e.g. ``inter[b4] intra[n8]``; ``R`` is replicated; ``+RS`` deferred."""
 
         def one(split: LevelSplit) -> str:
             return ",".join(f"{ch}{f}" for ch, f in split) or "R"
 
-        return f"inter[{one(self.inter)}] intra[{one(self.intra)}]"
+        tail = " partial" if self.defer else ""
+        return f"inter[{one(self.inter)}] intra[{one(self.intra)}]{tail}"
 
 
 def _level_splits(size: int, letters: tuple[str, ...], space: SearchSpace) -> list[LevelSplit]:
@@ -119,14 +148,41 @@ def _splits(
     return [a + b for a in _level_splits(size, src, space) for b in _level_splits(size, dst, space)]
 
 
+def _fits(size: int, factor: int, padded: bool) -> bool:
+    """A letter of ``size`` can be split ``factor`` ways (evenly, or padded up when allowed)."""
+    return size % factor == 0 or (padded and factor <= size)
+
+
 def op_strategies(graph: OpGraph, op: OpSpec, mesh: Mesh, space: SearchSpace) -> list[Strategy]:
-    """All strategies of ``op`` in the space, in a deterministic order (replicated first)."""
+    """All strategies of ``op`` in the space, in a deterministic order (replicated first).
+
+    Strategies that split a contraction inside the host (and not across hosts) come with a
+    ``defer`` twin (right after) when the op's output feeds another op: partial sums handed on
+    over NVLink, as in Megatron's sequence parallelism.
+    """
     sizes = graph.dim_sizes(op)
     letters = tuple(ch for ch in op.letters if ch not in op.fixed and sizes[ch] > 1)
+    contracted = op.contracted - op.fixed
+    deferrable = op.kind in DEFERRABLE_KINDS and bool(graph.consumers.get(op.output))
     out: list[Strategy] = []
     for inter in _splits(op, mesh.inter, letters, space):
         for intra in _splits(op, mesh.intra, letters, space):
             s = Strategy(inter, intra)
-            if all(sizes[ch] % s.factor(ch) == 0 for ch in letters):
+            if all(_fits(sizes[ch], s.factor(ch), ch in op.padded) for ch in letters):
                 out.append(s)
+                p_inter, p_intra = s.partial(contracted)
+                if deferrable and p_inter == 1 and p_intra > 1:
+                    out.append(Strategy(inter, intra, defer=True))
+    return out
+
+
+def pad_factor(graph: OpGraph, op: OpSpec, s: Strategy, letters: str) -> float:
+    """Padded size over true size of a tensor indexed by ``letters`` (1.0 when nothing pads)."""
+    if not op.padded:
+        return 1.0
+    sizes = graph.dim_sizes(op)
+    out = 1.0
+    for ch in set(letters) & op.padded:
+        f = s.factor(ch)
+        out *= -(-sizes[ch] // f) * f / sizes[ch]
     return out

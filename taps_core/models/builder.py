@@ -13,9 +13,11 @@ class GraphBuilder:
         self.tensors: dict[str, TensorSpec] = {}
         self.ops: list[OpSpec] = []
 
-    def param(self, name: str, shape: tuple[int, ...], *, tied: bool = False) -> str:
-        """Declare a weight (``tied`` reuses another weight's storage)."""
-        self.tensors[name] = TensorSpec(name, shape, self.dtype_bytes, is_param=True, tied=tied)
+    def param(self, name: str, shape: tuple[int, ...], *, tied_to: str = "") -> str:
+        """Declare a weight (``tied_to`` names the weight whose storage it reuses)."""
+        self.tensors[name] = TensorSpec(
+            name, shape, self.dtype_bytes, is_param=True, tied=bool(tied_to), tied_to=tied_to
+        )
         return name
 
     def data(self, name: str, shape: tuple[int, ...], *, dtype_bytes: int = 4) -> str:

@@ -83,6 +83,10 @@ def _attention(bld: _Builder, x: str, lay: int, bias: bool) -> str:
     v = _linear(
         bld, f"{p}.v", x, ("bsm", "mnd", "bsnd"), (M, K, D), (B, S, K, D), lay, "column", bias
     )
+    attn_dropout, _ = cfg.uses_dropout
+    # kept for backward per score element: softmax output (2 B), and with dropout its mask
+    # (1 B) and output (2 B); fused (flash) attention keeps none of them
+    score_bytes = 0.0 if cfg.flash_attention else (5.0 if attn_dropout else 2.0)
     a = bld.op(
         f"{p}.core",
         "attention",
@@ -92,6 +96,7 @@ def _attention(bld: _Builder, x: str, lay: int, bias: bool) -> str:
         lay,
         fixed=ATTN_FIXED,
         flops_factor=4.0,
+        score_bytes=score_bytes,
     )
     return _linear(bld, f"{p}.o", a, ("bsnd", "ndm", "bsm"), (N, D, M), (B, S, M), lay, "row", bias)
 
@@ -125,7 +130,14 @@ def _moe(bld: _Builder, x: str, lay: int) -> str:
     # only the routing decisions (tokens x top-k integers, neglected); combine weighs the expert
     # outputs by the router's scores (x), read whole by each token
     xe = bld.op(
-        f"{p}.dispatch", "moe_dispatch", "bsm->ecm", (x,), (E, C, M), lay, fixed=frozenset("m")
+        f"{p}.dispatch",
+        "moe_dispatch",
+        "bsm->ecm",
+        (x,),
+        (E, C, M),
+        lay,
+        fixed=frozenset("m"),
+        saves_inputs=False,  # backward needs only the routing indices
     )
     gate = _linear(
         bld, f"{p}.gate", xe, ("ecm", "emf", "ecf"), (E, M, F), (E, C, F), lay, "column", False
@@ -148,6 +160,21 @@ def _moe(bld: _Builder, x: str, lay: int) -> str:
     )
 
 
+def _residual(bld: _Builder, name: str, x: str, y: str, lay: int) -> str:
+    """``x + dropout(y)``: backward needs no input, only the dropout mask (1 byte/element)."""
+    _, hidden_dropout = bld.cfg.uses_dropout
+    return bld.op(
+        name,
+        "elementwise",
+        "bsm,bsm->bsm",
+        (x, y),
+        bld.tensors[x].shape,
+        lay,
+        saves_inputs=False,
+        mask_bytes=1.0 if hidden_dropout else 0.0,
+    )
+
+
 def build_transformer(cfg: ModelConfig) -> OpGraph:
     """Decoder (GPT, Llama, Mixtral) or encoder (BERT) stack with an LM head and loss."""
     bld = _Builder(cfg)
@@ -157,7 +184,8 @@ def build_transformer(cfg: ModelConfig) -> OpGraph:
     bias = not llama
     ids = bld.data("input_ids", (B, S))
     wte = bld.param("wte", (V, M))
-    x = bld.op("embed", "embedding", "bs,vm->bsm", (ids, wte), (B, S, M), None)
+    vocab = frozenset("v")  # the vocabulary is padded to its split, as Megatron does
+    x = bld.op("embed", "embedding", "bs,vm->bsm", (ids, wte), (B, S, M), None, padded=vocab)
     if not llama:
         wpe = bld.param("wpe", (cfg.max_position_embeddings, M))
         x = bld.op(
@@ -182,7 +210,7 @@ def build_transformer(cfg: ModelConfig) -> OpGraph:
             x = _norm(
                 bld,
                 f"L{lay}.ln1",
-                bld.op(f"L{lay}.add1", "elementwise", "bsm,bsm->bsm", (x, a), (B, S, M), lay),
+                _residual(bld, f"L{lay}.add1", x, a, lay),
                 lay,
                 rms=False,
             )
@@ -190,24 +218,31 @@ def build_transformer(cfg: ModelConfig) -> OpGraph:
             x = _norm(
                 bld,
                 f"L{lay}.ln2",
-                bld.op(f"L{lay}.add2", "elementwise", "bsm,bsm->bsm", (x, h), (B, S, M), lay),
+                _residual(bld, f"L{lay}.add2", x, h, lay),
                 lay,
                 rms=False,
             )
             continue
         a = _attention(bld, _norm(bld, f"L{lay}.ln1", x, lay, rms=llama), lay, bias)
-        x = bld.op(f"L{lay}.add1", "elementwise", "bsm,bsm->bsm", (x, a), (B, S, M), lay)
+        x = _residual(bld, f"L{lay}.add1", x, a, lay)
         n2 = _norm(bld, f"L{lay}.ln2", x, lay, rms=llama)
         h = _moe(bld, n2, lay) if cfg.num_local_experts else _mlp(bld, n2, lay, llama, bias)
-        x = bld.op(f"L{lay}.add2", "elementwise", "bsm,bsm->bsm", (x, h), (B, S, M), lay)
+        x = _residual(bld, f"L{lay}.add2", x, h, lay)
     if not bert:
         x = _norm(bld, "ln_f", x, None, rms=llama)
     tied = cfg.tie_word_embeddings
-    head = bld.param("lm_head.weight", (V, M), tied=tied)
+    head = bld.param("lm_head.weight", (V, M), tied_to=wte if tied else "")
     logits = bld.op(
-        "lm_head", "matmul", "bsm,vm->bsv", (x, head), (B, S, V), None, tp_role="column"
+        "lm_head",
+        "matmul",
+        "bsm,vm->bsv",
+        (x, head),
+        (B, S, V),
+        None,
+        tp_role="column",
+        padded=vocab,
     )
     labels = bld.data("labels", (B, S))
-    bld.op("loss", "loss", "bsv,bs->bs", (logits, labels), (B, S), None)
+    bld.op("loss", "loss", "bsv,bs->bs", (logits, labels), (B, S), None, padded=vocab)
     bld.tensors["loss"] = TensorSpec("loss", (B, S), 4)  # the loss is kept in fp32
     return bld.graph(cfg.name, {"config": cfg})

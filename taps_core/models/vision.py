@@ -71,7 +71,15 @@ def build_resnet(cfg: ModelConfig) -> OpGraph:
             shape = net.tensors[y].shape
             x = net.relu(
                 f"{p}.relu3",
-                net.add(f"{p}.add", "elementwise", "bkhw,bkhw->bkhw", (y, short), shape, block),
+                net.add(
+                    f"{p}.add",
+                    "elementwise",
+                    "bkhw,bkhw->bkhw",
+                    (y, short),
+                    shape,
+                    block,
+                    saves_inputs=False,
+                ),
                 block,
             )
             block += 1

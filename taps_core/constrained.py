@@ -1,0 +1,235 @@
+"""The exact plan under a memory limit: Lagrangian bound, then Pareto fronts within its gap.
+
+1. Dual: ``L(lam) = min_x time(x) + lam * (memory(x) - limit)`` is concave and piecewise
+   linear in ``lam``; each plain DP solve at a ``lam`` gives a plan, a line, and a lower bound
+   on the constrained optimum. The multiplier is found by intersecting the lines of the best
+   fitting and best non-fitting plans (Kelley's method in one dimension), a few solves.
+2. Primal: if the best fitting plan's time equals the bound, it is proven optimal. Otherwise
+   the same eliminations run on (time, memory) fronts (:mod:`taps_core.solver.fronts`),
+   pruned by the gap between the two: the fastest fitting point is the exact optimum.
+
+Identical layers are still solved once: the layer's fronts are combined with themselves by
+repeated squaring (a front product per squaring), as the plain DP does with min-plus.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from taps_core.layered import Assignment, Chain, find_chain, solve_problem, variants
+from taps_core.search_problem import SearchProblem
+from taps_core.solver import fronts
+from taps_core.solver.fronts import FrontTable, Rules
+
+DUAL_STEPS = 12
+RC_BLOCK = "__rc__"
+RC_TOP = "__rc_top__"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Outcome of the dual phase: best fitting plan (UB, seconds), best bound (LB), multiplier."""
+
+    best: Assignment
+    best_time: float
+    lower: float
+    lam: float
+    solves: int
+
+
+def memory_of(problem: SearchProblem, sol: Assignment) -> float:
+    """Memory per device (bytes) of a solved assignment."""
+    total = 0.0
+    for n, s in sol.strategies.items():
+        lay = problem.layer.get(n)
+        rc = bool(sol.recompute.get(lay, False)) if lay is not None else False
+        total += float(problem.option_memory[n][rc][s, sol.options[n]])
+    return total
+
+
+def evaluate_at(problem: SearchProblem, lam: float) -> tuple[Assignment, float, float]:
+    """Solve at multiplier ``lam``: (plan, its seconds, its bytes per device)."""
+    sol = solve_problem(problem, lam)
+    m = memory_of(problem, sol)
+    return sol, sol.cost - lam * m, m
+
+
+def dual_bounds(
+    problem: SearchProblem,
+    limit: float,
+    fast: tuple[Assignment, float, float],
+    lean: tuple[Assignment, float, float],
+) -> Bounds:
+    """Maximise the Lagrangian dual from two (plan, seconds, bytes): the unconstrained optimum
+    ``fast`` (over the limit) and a plan ``lean`` that fits."""
+    _, lo_t, lo_m = fast
+    hi_sol, hi_t, hi_m = lean
+    solves = 0
+    lower = lo_t  # L(0)
+    best, best_t, lam = hi_sol, hi_t, 0.0
+    for _ in range(DUAL_STEPS):
+        if lo_m <= hi_m:
+            break
+        cand = (hi_t - lo_t) / (lo_m - hi_m)  # where the two lines cross
+        sol, t, m = evaluate_at(problem, cand)
+        solves += 1
+        value = t + cand * (m - limit)
+        if value > lower:
+            lower, lam = value, cand
+        if m <= limit and t < best_t:
+            best, best_t = sol, t
+        envelope = lo_t + cand * (lo_m - limit)
+        if value >= envelope - 1e-12 * max(abs(envelope), 1e-30):
+            lam = cand  # no new line: cand maximises the dual
+            break
+        if m > limit:
+            lo_t, lo_m = t, m
+        else:
+            hi_sol, hi_t, hi_m = sol, t, m
+        if best_t - lower <= 1e-12 * best_t:
+            break
+    return Bounds(best, best_t, lower, lam, solves)
+
+
+def _node_tables(
+    problem: SearchProblem, names: set[str], rc: bool, rules: Rules
+) -> dict[str, FrontTable]:
+    return {
+        n: fronts.node_table(n, problem.option_time[n][rc], problem.option_memory[n][rc], rules)
+        for n in problem.option_time
+        if n in names
+    }
+
+
+def _edge_tables(
+    problem: SearchProblem, names: set[str], rc: bool
+) -> list[tuple[str, str, FrontTable]]:
+    return [
+        (e.u, e.v, fronts.edge_table(e.recompute if rc else e.keep))
+        for e in problem.edges
+        if e.u in names and e.v in names
+    ]
+
+
+def _solve_variants(
+    problem: SearchProblem,
+    names: set[str],
+    keep: tuple[str, ...],
+    rules: Rules,
+    key: str,
+    extra: list[tuple[str, str, FrontTable]] = (),  # type: ignore[assignment]
+) -> FrontTable:
+    """Fronts of a subproblem over ``keep``, the best of its recomputation variants."""
+    tables = []
+    flags = variants(problem, names - set(keep))
+    for rc in flags:
+        nodes = _node_tables(problem, names, rc, rules)
+        edges = _edge_tables(problem, names, rc) + list(extra)
+        tables.append(fronts.eliminate(nodes, edges, keep, rules))
+    return fronts.union(tables, rules, key, [int(f) for f in flags])
+
+
+def _power(block: FrontTable, k: int, rules: Rules, exit_key: str) -> FrontTable:
+    """Fronts of ``k`` consecutive layers by repeated squaring (layer offsets tracked)."""
+    result: FrontTable | None = None
+    result_len = 0
+    base, base_len = block, 1
+    while k:
+        if k & 1:
+            if result is None:
+                result, result_len = base, base_len
+            else:
+                result = fronts.series(
+                    result, None, base, rules, exit_key, (0, 0, result_len), result_len - 1
+                )
+                result_len += base_len
+        k >>= 1
+        if k:
+            base = fronts.series(base, None, base, rules, exit_key, (0, 0, base_len), base_len - 1)
+            base_len *= 2
+    assert result is not None
+    return result
+
+
+def exact_fronts(problem: SearchProblem, limit: float, bounds: Bounds) -> Assignment | None:
+    """The fastest plan within ``limit`` (None if none fits), using fronts pruned by the gap.
+
+    Raises :class:`~taps_core.solver.fronts.TruncatedError` when the fronts outgrow their
+    budget (the caller then reports the dual gap instead of a proof).
+    """
+    floors = sum(problem.min_memory(n) for n in problem.option_time)
+    gap = max(bounds.best_time - bounds.lower, 0.0)
+    rules = Rules(bounds.lam, gap, limit, floors)
+    chain = find_chain(problem)
+    all_nodes = set(problem.option_time)
+    if chain is None:
+        final = _solve_variants(problem, all_nodes, (), rules, RC_TOP)
+        point = fronts.pick(final, limit)
+        return None if point is None else _assignment(problem, final, point, None)
+    first, entry = chain.layers[1], chain.exits[0]
+    block = _solve_variants(problem, set(first) | {entry}, (entry, chain.exits[1]), rules, RC_BLOCK)
+    repeats = len(chain.layers) - 1
+    stack = _power(block, repeats, rules, chain.exits[1])
+    last = chain.exits[-1]
+    middle = {n for lay in chain.layers[1:] for n in lay}
+    top_nodes = (all_nodes - middle) | {last}
+    final = _solve_variants(problem, top_nodes, (), rules, RC_TOP, [(entry, last, stack)])
+    point = fronts.pick(final, limit)
+    return None if point is None else _assignment(problem, final, point, chain)
+
+
+def _assignment(
+    problem: SearchProblem, final: FrontTable, point: int, chain: Chain | None
+) -> Assignment:
+    """Map a recovered point back to every node (layer offsets resolved through the chain)."""
+    found = fronts.recover(final, point)
+    first = chain.layers[1] if chain is not None else ()
+    index = {n: i for i, n in enumerate(first)}
+
+    def real(name: str, off: int) -> str | None:
+        if off == 0:
+            return name
+        if chain is not None and name in index:
+            return chain.layers[1 + off][index[name]]
+        return None
+
+    strategies: dict[str, int] = {}
+    options: dict[str, int] = {}
+    recompute: dict[int, bool] = {}
+    top_rc = False
+    for (key, off), value in found.items():
+        if key == RC_TOP:
+            top_rc = bool(value)
+        elif key == RC_BLOCK:
+            lay = problem.layer[chain.layers[1 + off][0]] if chain is not None else None
+            if lay is not None:
+                recompute[lay] = bool(value)
+        elif key.startswith("opt:"):
+            name = real(key[4:], off)
+            if name is not None:
+                options[name] = value
+        else:
+            name = real(key, off)
+            if name is not None:
+                strategies[name] = value
+    middle = _middle(chain) if chain is not None else set()
+    for n, lay in problem.layer.items():
+        if lay is not None and lay not in recompute and n not in middle:
+            recompute[lay] = top_rc
+    missing = set(problem.option_time) - set(strategies)
+    if missing:
+        raise RuntimeError(f"front recovery lost nodes: {sorted(missing)[:5]}")
+    cost = float(final.t[point])
+    ordered = {n: strategies[n] for n in problem.option_time}
+    return Assignment(
+        ordered,
+        {n: options.get(n, 0) for n in problem.option_time},
+        recompute,
+        cost,
+        {"layered": chain is not None, "fronts": True, "front_points": len(final.t)},
+    )
+
+
+def _middle(chain: Chain) -> set[str]:
+    return {n for lay in chain.layers[1:] for n in lay}
+
