@@ -32,6 +32,7 @@ BUILD_KEYS = {  # form widget key -> BuildSpec field
     "b_intra_GBps": "intra_GBps",
     "b_intra_lat_us": "intra_lat_us",
     "b_nvlink_pairs_GBps": "nvlink_pairs_GBps",
+    "b_pcie_GBps": "pcie_GBps",
     "b_nics": "nics",
     "b_nic_GBps": "nic_GBps",
     "b_net_lat_us": "net_lat_us",
@@ -107,6 +108,9 @@ def build_section(current) -> None:
             "NVLink bridge between GPU pairs (GB/s, PCIe only, 0 = none)",
             *r["nvlink_pairs_GBps"],
             key="b_nvlink_pairs_GBps",
+        )
+        c[3].number_input(
+            "GPU to NIC over PCIe (GB/s, NVSwitch only)", *r["pcie_GBps"], key="b_pcie_GBps"
         )
         c = st.columns(4)
         c[0].number_input("NICs per node", *r["nics"], step=1, key="b_nics")

@@ -48,6 +48,7 @@ BUILD_RANGES: dict[str, tuple[float, float]] = {
     "intra_GBps": (0.1, 5000.0),
     "intra_lat_us": (0.0, 1000.0),
     "nvlink_pairs_GBps": (0.0, 5000.0),
+    "pcie_GBps": (0.1, 5000.0),
     "nics": (1, 16),
     "nic_GBps": (0.01, 5000.0),
     "net_lat_us": (0.0, 1000.0),
@@ -82,6 +83,7 @@ class BuildSpec:
     intra_GBps: float = 300.0  # NVLink to the NVSwitch, or PCIe to the PCIe switch
     intra_lat_us: float = 1.0
     nvlink_pairs_GBps: float = 0.0  # PCIe boxes only: NVLink bridges between GPU pairs
+    pcie_GBps: float = 32.0  # NVSwitch boxes only: each GPU's PCIe link to its NIC
     nics: int = 8
     nic_GBps: float = 25.0
     net_lat_us: float = 2.5
@@ -132,6 +134,7 @@ class BuildSpec:
         intra = [k for k in gpu_links if k.kind == ("nvlink" if nvswitch else "pcie")]
         pairs = [k for k in gpu_links if k.kind == "nvlink" and kinds[k.dst] == "gpu"]
         net = [k for k in topo.links if k.kind == "network" and (k.src in first or k.dst in first)]
+        to_nic = [k for k in gpu_links if k.kind == "pcie" and kinds[k.dst] == "nic"]
         gpu = next((key for key, g in GPUS.items() if g.name == topo.gpu.name), "a100-80")
 
         def mean(values: list[float], default: float) -> float:
@@ -145,6 +148,7 @@ class BuildSpec:
             intra_GBps=mean([k.bandwidth_Bps / GB for k in intra], base.intra_GBps),
             intra_lat_us=mean([k.latency_s * 1e6 for k in intra], base.intra_lat_us),
             nvlink_pairs_GBps=0.0 if nvswitch else mean([k.bandwidth_Bps / GB for k in pairs], 0.0),
+            pcie_GBps=mean([k.bandwidth_Bps / GB for k in to_nic], base.pcie_GBps),
             nics=min(max(sum(kinds[n] == "nic" for n in first), 1), 16),
             nic_GBps=mean([k.bandwidth_Bps / GB for k in net], base.nic_GBps),
             net_lat_us=mean([k.latency_s * 1e6 for k in net], base.net_lat_us),
@@ -161,7 +165,7 @@ class BuildSpec:
             gpu=GPUS[self.gpu],
             intra=self.intra,
             intra_bandwidth_Bps=self.intra_GBps * GB if nvswitch else 300e9,
-            pcie_bandwidth_Bps=32e9 if nvswitch else self.intra_GBps * GB,
+            pcie_bandwidth_Bps=self.pcie_GBps * GB if nvswitch else self.intra_GBps * GB,
             nvlink_pairs_bandwidth_Bps=(self.nvlink_pairs_GBps * GB or None)
             if not nvswitch
             else None,
@@ -448,6 +452,7 @@ DEFAULTS: dict[str, Any] = {
     "edits_base": "",
     "net_GBps": 0.0,  # 0: the cluster's own inter-node bandwidth
     "net_base": "",
+    "net_for": "",  # the cluster the slider was last drawn for
     "img_format": "png",
     "model_upload": None,
     "plan_expand": False,
@@ -569,7 +574,7 @@ def init_session() -> list[str]:
             except TapsError as err:
                 warnings.append(f"{name}={qp[name]!r} ignored: {err}")
     if ss["net_GBps"]:
-        ss["net_base"] = topology_url(ss)
+        ss["net_base"] = ss["net_for"] = topology_url(ss)
     ss["_initialised"] = True
     return warnings
 

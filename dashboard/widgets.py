@@ -153,23 +153,20 @@ def _network_slider(sb: Any, ss: Any) -> None:
     if base.json is None or cache.topology(base.json).nodes < 2:
         return
     own = round(node_inter_bandwidth(cache.topology(base.json)) / 1e9, 6)
-    steps = sorted({*NET_STEPS, own})
-    if ss.get("net_base") != topology_url(ss) or ss.get("net_GBps") not in steps:
-        ss["net_GBps"], ss["net_base"] = own, topology_url(ss)
-    if not ss["net_GBps"]:
-        ss["net_GBps"] = own
+    url = topology_url(ss)
+    if ss.get("net_for") != url:  # another cluster: start from its own bandwidth
+        ss["net_for"], ss["net_GBps"] = url, own
+    value = float(ss.get("net_GBps") or own)
+    ss["net_GBps"] = value
     sb.select_slider(
         "Network between hosts (GB/s per host)",
-        steps,
+        sorted({*NET_STEPS, own, value}),
         key="net_GBps",
         format_func=lambda v: f"{v:g}" + (" (as built)" if v == own else ""),
         help="Scales every network link so one host's NICs add up to this; "
         "relative NIC speeds, NVLink and PCIe stay as they are",
     )
-    if ss["net_GBps"] == own:
-        ss["net_base"] = ""  # as built: nothing to apply or to put in the URL
-    else:
-        ss["net_base"] = topology_url(ss)
+    ss["net_base"] = "" if ss["net_GBps"] == own else url  # as built: nothing to apply
 
 
 def _edits(ss: Any) -> tuple[str, ...]:

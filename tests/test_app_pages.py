@@ -106,6 +106,7 @@ def test_plan_page_headline_graph_table_downloads():
         "Plan JSON",
         "Links CSV",
         "HTML report (self-contained)",
+        "Review pack (zip)",
     ]
 
 
@@ -224,7 +225,7 @@ def test_topology_page_build_form_drives_every_page():
     at.number_input(key="b_gpus").set_value(4)
     at.number_input(key="b_nics").set_value(1)
     at.number_input(key="b_nic_GBps").set_value(10.0)
-    at.button[0].click()  # the form's submit button ("Use this cluster")
+    next(b for b in at.button if b.label == "Use this cluster").click()
     rerun(at)
     assert at.session_state["topo"] == "custom"
     assert any("custom:3x4" in t for t in titles(at))
@@ -249,12 +250,12 @@ def test_link_editor_degrades_and_cuts_links():
         "deleted_rows": [],
     }
     rerun(at)
-    assert any("link edit" in c.value for c in at.caption)
+    assert any("1 edit(s)" in c.value for c in at.caption)
     edits = at.query_params["edits"]
     assert "n0.nic0~net:bw=1" in (edits[0] if isinstance(edits, list) else edits)
     at.switch_page("app_pages/links.py")
     rerun(at)
-    assert "1 link edit" in at.caption[0].value
+    assert "1 edit(s)" in at.caption[0].value
     # cutting a GPU's only NVLink leaves it reachable through its NIC; cutting its NIC link
     # too disconnects nothing (the NVSwitch path remains) -- but cutting the only uplink of a
     # single-NIC host is refused with a message
@@ -318,29 +319,24 @@ def test_compare_page_baseline_radio_and_unfit_reasons():
     assert chart(at, "Step time per plan")["layout"]["annotations"]
 
 
-def test_sweep_page_points_and_regimes():
-    at = app("sweep", points="3", curves="volume")
-    sw = chart(at, "bandwidth")
-    names = [t["name"] for t in sw["data"]]
-    assert names[:2] == ["TAPS (topology-aware)", "volume-based"]
-    assert len(sw["data"][0]["x"]) == 3
+def test_sweep_shows_step_time_without_a_click_and_explains_changes():
+    at = app("sweep", points="4", curves="volume", batch="32", seq="1024")
+    assert not at.button, "the sweep runs by itself"
+    sw = chart(at, "Step time vs inter-node bandwidth")
+    shown = [t for t in sw["data"] if t.get("showlegend") is not False and t["x"][0] is not None]
+    assert [t["name"] for t in shown] == ["TAPS (topology-aware)", "volume-based"]
+    assert len(shown[0]["x"]) == 4 and all(y for y in shown[0]["y"])
     assert sw["layout"]["xaxis"]["type"] == "log"
-    assert at.table, "the regime table is shown"
-    at.slider(key="sweep_points").set_value(4)
+    ticks = sw["layout"]["xaxis"]["ticktext"]
+    assert all(t.lstrip("0.").strip("0") in ("1", "2", "5", "") for t in ticks), ticks
+    # gpt2 training on 2 DGX hosts: below some bandwidth the hosts stop splitting the work
+    words = " ".join(m.value for m in at.markdown)
+    assert "①" in words and "GB/s per host" in words and "Because" in words
+    assert any("repeat" in w.value for w in at.warning)
+    assert at.dataframe, "the regime table is shown"
+    at.slider(key="sweep_points").set_value(5)
     rerun(at)
-    assert len(chart(at, "bandwidth")["data"][0]["x"]) == 4
-
-
-def test_slow_sweep_waits_for_a_click(monkeypatch):
-    monkeypatch.setenv("TAPS_SWEEP_AUTORUN_S", "0")
-    at = app("sweep", points="2", curves="")
-    assert not charts(at) or all("bandwidth" not in t for t in titles(at))
-    assert any("searches" in i.value for i in at.info)
-    at.button[0].click()
-    rerun(at)
-    assert len(chart(at, "bandwidth")["data"][0]["x"]) == 2
-    rerun(at)  # the click is remembered for the same settings
-    assert chart(at, "bandwidth")
+    assert len(chart(at, "Step time vs")["data"][0]["x"]) == 5
 
 
 def test_sweep_page_single_node_explains():
@@ -360,3 +356,54 @@ def test_how_it_works_live_on_the_topology():
     )
     at = app("how_it_works", topo="dgx-a100:1")
     assert any("second one is added" in m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_chart_title_names_model_cluster_mode_and_batch(name):
+    at = app(name, net="25")  # an edited cluster says so
+    for title in titles(at):
+        assert "gpt2" in title and "dgx-a100:2 (edited)" in title, title
+        assert "training" in title and "batch 8" in title, title
+    for el in at.get("plotly_chart"):
+        stem = json.loads(el.proto.config)["toImageButtonOptions"]["filename"]
+        assert stem.startswith("gpt2_dgx-a100-2-edited_train_"), stem
+
+
+def test_network_slider_changes_the_plan_and_says_why():
+    at = app(batch="32", seq="1024")
+    fast = metric(at, "Inter-node bytes")
+    at.select_slider(key="net_GBps").set_value(1.0)
+    rerun(at)
+    assert metric(at, "Inter-node bytes") != fast
+    assert any("Against the unedited dgx-a100:2" in i.value for i in at.info)
+    assert any("repeats the same work" in w.value for w in at.warning)
+    assert any("Why this plan" in m.value for m in at.markdown)
+    assert any("runner-up" in m.value for m in at.markdown)
+    net = at.query_params["net"]
+    assert (net[0] if isinstance(net, list) else net) == "1"
+    assert any("1 GB/s per host" in c.value and "edited" in c.value for c in at.sidebar.caption)
+
+
+def test_selecting_a_link_and_changing_its_bandwidth_replans():
+    at = app("topology", topo="ethernet:2")
+    at.session_state["topo_selected"] = ("link", "n0.nic0", "net")  # what a click stores
+    rerun(at)
+    at.number_input(key="sel_bw_n0.nic0_net").set_value(0.5)
+    at.button(key="sel_apply").click()
+    rerun(at)
+    edits = at.query_params["edits"]
+    assert "n0.nic0~net:bw=0.5" in (edits[0] if isinstance(edits, list) else edits)
+    drawn = chart(at, "ethernet:2")
+    assert any(t.get("name") == "edited link" for t in drawn["data"])
+    at.button(key="add_host").click()
+    rerun(at)
+    assert any("3 host(s)" in c.value for c in at.sidebar.caption)
+    at.session_state["topo_selected"] = ("device", "n2.gpu0")
+    rerun(at)
+    assert any("Device n2.gpu0" in m.value for m in at.markdown)
+
+
+def test_compare_says_why_a_baseline_is_slow():
+    at = app("compare", batch="32", seq="1024")
+    assert any("Why these plans differ" in m.value for m in at.markdown)
+    assert any("step takes" in (m.delta or "") for m in at.metric if m.label.startswith("TAPS vs"))

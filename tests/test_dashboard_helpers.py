@@ -8,10 +8,18 @@ import re
 import networkx as nx
 import pytest
 
-from dashboard.charts import chart_config, memory_figure, sweep_figure, time_figure
-from dashboard.graph_view import dag_figure, dag_layout, layer_groups, op_rows
+from dashboard.charts import chart_config, log_ticks, memory_figure, sweep_figure, time_figure
+from dashboard.graph_view import dag_figure, dag_layout, label_chars, layer_groups, op_rows
 from dashboard.report_html import html_report
-from dashboard.state import BuildSpec, LinkEdit, apply_edits, edits_text, parse_edits
+from dashboard.review_pack import review_pack
+from dashboard.state import (
+    BuildSpec,
+    LinkEdit,
+    apply_edits,
+    edits_text,
+    parse_edits,
+    with_edit,
+)
 from dashboard.topology_view import device_positions, topology_figure
 from taps_core.errors import InvalidInputError
 from taps_core.models import build_graph, load_model_config
@@ -76,14 +84,15 @@ def test_edits_round_trip_and_apply():
 
 
 def test_bad_edits_are_skipped_with_a_reason():
-    topo, errors = apply_edits(
-        preset("ethernet:2"), parse_edits("n0.nic0~net:cut;a~b:bw=1;n0.gpu0~n0.nvswitch:bw=0")
-    )
-    assert len(errors) == 3
-    assert "connected" in errors[0] and "link" in errors[1] and "> 0" in errors[2]
+    topo, errors = apply_edits(preset("ethernet:2"), parse_edits("n0.nic0~net:cut;a~b:bw=1"))
+    assert len(errors) == 2
+    assert "connected" in errors[0] and "link" in errors[1]
     assert topo == preset("ethernet:2")
-    with pytest.raises(InvalidInputError, match="edits"):
-        parse_edits("no-tilde:bw=1")
+    for bad in ("no-tilde:bw=1", "a~b:bw=0", "a~b:bw=nan", "a~b:bw=1e9", "a~b:weird"):
+        with pytest.raises(InvalidInputError, match="edits"):
+            parse_edits(bad)
+    with pytest.raises(InvalidInputError, match="at most"):
+        parse_edits(";".join(["a~b:cut"] * 1000))
 
 
 def test_identical_layers_fold(gpt2):
@@ -132,10 +141,11 @@ def test_figures_are_titled_and_legible(gpt2):
     assert any(
         getattr(t.marker, "colorbar", None) and t.marker.colorbar.title.text for t in traffic.data
     )
-    assert chart_config("svg", "Operator graph!")["toImageButtonOptions"] == {
+    assert chart_config("svg", "gpt2_dgx-a100-2_train_graph")["toImageButtonOptions"] == {
         "format": "svg",
-        "filename": "taps-operator-graph",
+        "filename": "gpt2_dgx-a100-2_train_graph",
     }
+    assert chart_config("png", "a/b c")["toImageButtonOptions"]["filename"] == "a-b-c"
 
 
 def test_device_positions_of_an_uploaded_layout():
@@ -158,3 +168,75 @@ def test_html_report_is_self_contained(gpt2):
     assert "Plotly.newPlot" in page and len(page) > 1_000_000  # plotly.js is embedded once
     assert page.count("plotly.js v") <= 2
     assert "Per-op strategies" in page and "L0.attn.q" in page
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("build:nodes=64,gpus=1000000", "gpus"),
+        ("build:nodes=1000", "nodes"),
+        ("build:nic_GBps=nan", "nic_GBps"),
+        ("build:intra=optical", "intra"),
+        ("build:" + "x" * 500, "topology spec"),
+    ],
+)
+def test_build_spec_refuses_what_the_form_cannot_express(text, field):
+    with pytest.raises(InvalidInputError, match=field):
+        BuildSpec.parse(text)
+
+
+@pytest.mark.parametrize("name", ["dgx-a100:4", "pcie-nvlink:3", "ethernet:2", "dgx-h100:2"])
+def test_builder_starts_from_the_cluster_shown(name):
+    topo = preset(name)
+    spec = BuildSpec.from_topology(topo)
+    built = spec.build()
+    assert (built.nodes, built.gpus_per_node) == (topo.nodes, topo.gpus_per_node)
+    assert built.gpu == topo.gpu
+    assert sorted(k.bandwidth_Bps for k in built.links) == pytest.approx(
+        sorted(k.bandwidth_Bps for k in topo.links)
+    )
+
+
+def test_hosts_and_links_can_be_added_and_edits_replaced():
+    topo, errors = apply_edits(
+        preset("dgx-a100:2"), parse_edits("+host;n0.gpu0~n1.gpu0:add:kind=network:bw=10")
+    )
+    assert not errors and topo.nodes == 3 and topo.link("n0.gpu0", "n1.gpu0").bandwidth_Bps == 1e10
+    assert {d.name for d in topo.devices} >= {"n2.gpu7", "n2.nic7"}
+    edits = parse_edits("+host;a~b:bw=1")
+    edits = with_edit(edits, LinkEdit("a", "b", 2.0), ("b", "a"))
+    assert edits_text(edits) == "+host;a~b:bw=2"
+    assert edits_text(with_edit(edits, None, ("a", "b"))) == "+host"
+
+
+def test_log_ticks_and_label_room(gpt2):
+    assert log_ticks(1, 400) == [1, 2, 5, 10, 20, 50, 100, 200, 500]
+    graph, _, plan = gpt2
+    lay = dag_layout(plan, graph, expand=True)
+    chars = label_chars(lay)
+    fig = dag_figure(plan, graph, expand=True, layout=lay)
+    texts = [t for tr in fig.data if tr.text for t in tr.text]
+    assert texts and all(len(t) <= max(chars, 1) for t in texts)
+    layers = [a.text for a in fig.layout.annotations if "layer" in a.text]
+    assert len(layers) == 12  # every layer marked in the expanded view
+
+
+def test_review_pack_holds_charts_report_json_and_url(gpt2):
+    import io
+    import zipfile
+
+    _, _, plan = gpt2
+    data = review_pack(
+        {"gpt2_dgx-a100-2_train_memory": memory_figure(plan)},
+        files={"gpt2_dgx-a100-2_train_plan.json": "{}"},
+        url="http://localhost:8501/?model=gpt2",
+        summary="gpt2",
+    )
+    z = zipfile.ZipFile(io.BytesIO(data))
+    names = set(z.namelist())
+    assert {"gpt2_dgx-a100-2_train_plan.json", "URL.txt", "README.txt"} <= names
+    if "gpt2_dgx-a100-2_train_memory.svg" in names:  # kaleido + chromium present
+        assert z.read("gpt2_dgx-a100-2_train_memory.png").startswith(b"\x89PNG")
+        assert b"<svg" in z.read("gpt2_dgx-a100-2_train_memory.svg")[:400]
+    else:
+        assert b"could not be rendered" in z.read("README.txt")

@@ -40,3 +40,69 @@ def test_invalid(spec, field):
     size = -1.0 if field == "size" else 1e9
     with pytest.raises(InvalidInputError, match=field):
         volume_vs_time(preset(spec), size)
+
+
+# ---- plans in words ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt2_plans():
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.planner import search
+    from taps_core.sweep import scale_inter_bandwidth
+
+    graph = build_graph(load_model_config("gpt2"))
+    topo = preset("dgx-a100:2")
+    slow_topo = scale_inter_bandwidth(topo, 1e9)
+    return graph, topo, search(graph, topo), search(graph, slow_topo), slow_topo
+
+
+def test_replication_across_hosts_is_called_out(gpt2_plans):
+    from taps_core.explain import replicated_share, replication_warning
+
+    _, _, fast, slow, _ = gpt2_plans
+    assert replicated_share(slow) == pytest.approx(1.0)  # 1 GB/s per host: hosts repeat it all
+    assert replicated_share(fast) < 0.5
+    assert "repeats the same work on 100%" in replication_warning(slow)
+    assert replication_warning(fast) is None
+
+
+def test_decisions_are_priced_against_a_search_without_them(gpt2_plans):
+    from taps_core.explain import decisions
+    from taps_core.planner import search
+
+    graph, topo, fast, _, _ = gpt2_plans
+    found = decisions(fast, graph, topo, mode="train")
+    assert 1 <= len(found) <= 4
+    savings = [d.saved_s for d in found if d.saved_s is not None]
+    assert savings == sorted(savings, reverse=True) and all(s >= -1e-12 for s in savings)
+    top = found[0]
+    assert "runner-up" in top.words and top.share > 0.05
+    # the saving is exactly the runner-up search's step time minus the plan's
+    assert search(graph, topo).total_time_s == pytest.approx(fast.total_time_s)
+
+
+def test_change_and_edit_words(gpt2_plans):
+    from taps_core.explain import change_words, edit_words
+    from taps_core.sweep import reprice
+
+    graph, _, fast, slow, slow_topo = gpt2_plans
+    words = change_words(slow, fast, 30e9, 32e9, above_at_low=reprice(fast, graph, slow_topo))
+    assert words.startswith("Below 31 GB/s per host (between 30 and 32)")
+    assert "across hosts, batch 2 ways becomes replicated" in words
+    assert "less across hosts" in words and "Because" in words
+    text = edit_words(slow, fast, unedited_here=reprice(fast, graph, slow_topo))
+    assert "Against the unedited dgx-a100:2" in text and "op(s) change" in text
+    assert "keeps the plan" in edit_words(fast, fast)
+
+
+def test_slow_baseline_is_blamed_on_compute_when_it_is(gpt2_plans):
+    from taps_core.explain import slow_baseline_warning
+    from taps_core.planner import compare
+
+    graph, topo, _, _, _ = gpt2_plans
+    plans = compare(graph, topo)
+    text = slow_baseline_warning(plans["taps"], plans["megatron"], graph, "Megatron-style")
+    assert text is not None and "compute, not communication" in text
+    assert "heads (12) do not divide by 8" in text
+    assert slow_baseline_warning(plans["taps"], plans["taps"], graph, "TAPS") is None

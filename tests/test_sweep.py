@@ -1,4 +1,5 @@
-"""taps_core.sweep: rescaling the network, per-point plans equal direct searches, regimes."""
+"""taps_core.sweep: the network knob, warm-started baselines equal direct searches, changes
+located by bisection, and every point's parts adding up."""
 
 from __future__ import annotations
 
@@ -11,8 +12,12 @@ from taps_core.models import build_graph, load_model_config
 from taps_core.planner import compare, search
 from taps_core.presets import preset
 from taps_core.sweep import (
+    BISECT_RATIO,
+    SweepRun,
+    coarse_to_fine,
     log_bandwidths,
     node_inter_bandwidth,
+    reprice,
     scale_inter_bandwidth,
     sweep_inter_bandwidth,
 )
@@ -50,41 +55,66 @@ def test_log_bandwidths_validates(low, high, points):
         log_bandwidths(low, high, points)
 
 
-def test_log_bandwidths_endpoints():
+def test_log_bandwidths_endpoints_and_drawing_order():
     bws = log_bandwidths(1e9, 400e9, 5)
     assert bws[0] == pytest.approx(1e9) and bws[-1] == pytest.approx(400e9)
     assert all(a < b for a, b in itertools.pairwise(bws))
+    for n in range(1, 14):
+        order = coarse_to_fine(n)
+        assert sorted(order) == list(range(n)) and order[: min(n, 2)] == [0, n - 1][: min(n, 2)]
 
 
-def test_points_match_direct_search_and_compare(gpt2):
+def test_every_point_equals_a_direct_search_and_parts_add_up(gpt2):
     topo = preset("dgx-a100:2")
-    bws = [5e9, 400e9]
+    bws = log_bandwidths(2e9, 400e9, 4)
     sw = sweep_inter_bandwidth(gpt2, topo, bws, mode="train")
-    assert sw.labels == ("taps", "volume", "megatron", "data_parallel")
+    assert sw.complete and sw.labels == ("taps", "volume", "megatron", "data_parallel")
     for point in sw.points:
         scaled = scale_inter_bandwidth(topo, point.node_bandwidth_Bps)
         direct = compare(gpt2, scaled, mode="train")
-        for label, plan in direct.items():
-            assert point.comm_time_s[label] == pytest.approx(plan.comm_time_s)
+        for label, plan in direct.items():  # warm-started baselines are exact here
+            assert point.total_time_s[label] == pytest.approx(plan.total_time_s, rel=1e-9)
         taps = search(gpt2, scaled, mode="train")
-        assert point.taps_strategies == tuple(op.strategy.label() for op in taps.ops)
-        # TAPS is never slower than a baseline it competes with
+        assert point.plans["taps"].strategies == tuple(op.strategy.label() for op in taps.ops)
+        for q in point.plans.values():
+            assert q.total_time_s == pytest.approx(q.compute_time_s + q.comm_time_s)
         for label in ("volume", "megatron", "data_parallel"):
             assert point.total_time_s["taps"] <= point.total_time_s[label] + 1e-12
+    # baselines were searched at the two ends only
+    assert [p.plans["volume"].searched for p in sw.points] == [True, False, False, True]
 
 
-def test_regimes_cover_points_and_mark_changes(gpt2):
-    bws = log_bandwidths(0.5e9, 800e9, 6)
-    sw = sweep_inter_bandwidth(gpt2, preset("ethernet:2"), bws, labels=("taps",))
-    assert sw.labels == ("taps",)
-    assert sw.regimes[0].first == 0 and sw.regimes[-1].last == len(bws) - 1
-    for a, b in itertools.pairwise(sw.regimes):
-        assert b.first == a.last + 1
-        assert b.changed_ops > 0
-        assert sw.points[a.last].taps_strategies != sw.points[b.first].taps_strategies
-    assert sw.changes == tuple(r.first for r in sw.regimes[1:])
-    # a 1600x range of network speed must move the plan at least once for GPT-2 training
-    assert len(sw.regimes) >= 2
+def test_changes_are_located_tightly_and_explained(gpt2):
+    bws = log_bandwidths(1e9, 400e9, 5)
+    run = SweepRun(gpt2, preset("dgx-a100:2"), labels=("taps",))
+    snapshots = list(run.fill(bws))
+    assert [s.complete for s in snapshots].count(True) == 1 and snapshots[-1].complete
+    assert len(snapshots[0].done) == 1  # drawn after the first point already
+    sw = snapshots[-1]
+    assert sw.changes, "a 400x range of network speed moves gpt2's training plan"
+    for c in sw.changes:
+        assert c.located and c.high_Bps / c.low_Bps <= BISECT_RATIO + 1e-9
+        below = run.at("taps", c.low_Bps)
+        above = run.at("taps", c.high_Bps)
+        assert below.strategies != above.strategies
+        assert "GB/s per host" in c.words and "Because" in c.words
+    regimes = sw.regimes
+    assert regimes[0].first == 0 and regimes[-1].last == len(bws) - 1
+    assert regimes[0].replicated_across > regimes[-1].replicated_across  # slow: hosts repeat
+    # a finished grid is remembered: no new search
+    searches = run.searches
+    again = list(run.fill(bws))
+    assert len(again) == 1 and again[0] is sw and run.searches == searches
+
+
+def test_reprice_matches_a_fresh_evaluation(gpt2):
+    topo = preset("dgx-a100:2")
+    plan = search(gpt2, topo)
+    same = reprice(plan, gpt2, topo)
+    assert same.total_time_s == pytest.approx(plan.total_time_s, rel=1e-12)
+    slow = reprice(plan, gpt2, scale_inter_bandwidth(topo, 2e9))
+    assert slow.comm_time_s > plan.comm_time_s and slow.compute_time_s == plan.compute_time_s
+    assert reprice(plan, gpt2, preset("dgx-a100:1")) is None
 
 
 def test_not_fitting_is_reported_not_raised():
@@ -93,9 +123,9 @@ def test_not_fitting_is_reported_not_raised():
         graph, preset("dgx-a100:2"), [50e9], memory_limit_bytes=1e6, labels=("taps",)
     )
     point = sw.points[0]
-    assert point.comm_time_s["taps"] is None
+    assert point.total_time_s["taps"] is None
     assert "memory" in point.reasons["taps"]
-    assert point.taps_summary == "does not fit"
+    assert point.plans["taps"].summary == "does not fit"
 
 
 def test_unknown_label(gpt2):
