@@ -10,6 +10,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboard import cache, state
+from dashboard.bounds import check_json_text, check_topology
 from dashboard.state import (
     ADD_HOST,
     CUSTOM,
@@ -60,8 +61,9 @@ def _use_upload() -> None:
         return
     try:
         text = f.getvalue().decode("utf-8")
-        loads(text)
-    except cache.LOADER_ERRORS as err:
+        check_json_text(text, "topology JSON")
+        check_topology(loads(text))
+    except (*cache.LOADER_ERRORS, UnicodeDecodeError) as err:
         ss["topo_upload_error"] = cache._message(err)
         return
     ss["topo_upload_error"] = None

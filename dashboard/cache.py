@@ -39,13 +39,15 @@ Workload = tuple[str, str | None, int, int, str]  # model, uploaded text, batch,
 @st.cache_resource(max_entries=16, show_spinner=False)
 def graph(model: str, model_text: str | None, batch: int, seq: int, dtype: str) -> OpGraph:
     """Operator graph of a sample (by name) or uploaded config (by text). Raises TapsError."""
+    from dashboard.bounds import check_config, check_json_text
     from taps_core.models import build_graph, config_from_text, load_model_config
 
-    cfg = (
-        config_from_text(model_text, name=model)
-        if model_text is not None
-        else load_model_config(model)
-    )
+    if model_text is not None:
+        check_json_text(model_text, "config.json")
+        cfg = config_from_text(model_text, name=model)
+    else:
+        cfg = load_model_config(model)
+    check_config(cfg)  # before building: a million layers must not start
     return build_graph(cfg.with_workload(batch_size=batch, seq_length=seq, dtype=dtype))
 
 
@@ -58,10 +60,14 @@ def graph_or_failure(work: Workload) -> OpGraph | Failure:
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def topology(topo_json: str) -> Topology:
-    """The validated topology of its JSON text."""
+    """The validated topology of its JSON text (within the dashboard's bounds)."""
+    from dashboard.bounds import check_json_text, check_topology
     from taps_core.topology_io import loads
 
-    return loads(topo_json)
+    check_json_text(topo_json, "topology JSON")
+    topo = loads(topo_json)
+    check_topology(topo)
+    return topo
 
 
 @st.cache_resource(max_entries=32, show_spinner=False)

@@ -344,14 +344,20 @@ def add_link(topology: Topology, e: LinkEdit) -> Topology:
 
 def base_topology(source: str, nodes: int, custom: str, json_text: str | None) -> Topology:
     """The unedited topology of a source (preset name, or ``custom`` = build spec / JSON)."""
+    from dashboard.bounds import check_json_text, check_topology
     from taps_core.topology_io import loads
 
     if source in PRESETS:
+        if not 1 <= nodes <= MAX_NODES_UI:
+            raise InvalidInputError("nodes", nodes, f"between 1 and {MAX_NODES_UI}")
         return preset(f"{source}:{nodes}")
     if custom == "json":
         if not json_text:
             raise InvalidInputError("topology", "json", "an uploaded topology JSON file")
-        return loads(json_text)
+        check_json_text(json_text, "topology JSON")
+        topo = loads(json_text)
+        check_topology(topo)
+        return topo
     return BuildSpec.parse(custom).build()
 
 

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from dashboard import cache, state
+from dashboard.bounds import check_json_text
 from dashboard.charts import chart_config
 from dashboard.state import (
     COST_MODELS,
@@ -42,7 +43,7 @@ MODE_LABELS = {"train": "training", "infer": "inference"}
 
 def _on_model_change() -> None:
     ss = st.session_state
-    with contextlib.suppress(TapsError):  # the sidebar shows the model error on the rerun
+    with contextlib.suppress(*cache.LOADER_ERRORS):  # the page shows the model error
         ss.update(model_defaults(ss["model"], ss.get("model_upload")))
 
 
@@ -51,17 +52,19 @@ def _on_upload() -> None:
     f = ss.get("model_file")
     if f is None:
         return
-    data = f.getvalue()
-    if len(data) > MAX_CONFIG_BYTES:
-        ss["upload_error"] = (
-            f"config.json size must be <= {MAX_CONFIG_BYTES} bytes; got {len(data)}"
-        )
+    if f.size > MAX_CONFIG_BYTES:  # refused before reading
+        ss["upload_error"] = f"config.json size must be <= {MAX_CONFIG_BYTES} bytes; got {f.size}"
         return
     try:
-        text = data.decode("utf-8")
+        text = f.getvalue().decode("utf-8")
+        check_json_text(text, "config.json")
         json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        ss["upload_error"] = f"config.json must be valid UTF-8 JSON; {str(err).splitlines()[0]}"
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        first = (str(err).splitlines() or [""])[0]
+        ss["upload_error"] = f"config.json must be valid UTF-8 JSON; {first}"
+        return
+    except TapsError as err:
+        ss["upload_error"] = str(err)
         return
     ss["upload_error"] = None
     ss["model_upload"] = {"name": f.name.rsplit(".", 1)[0] or "uploaded", "text": text}
