@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from taps_core.layered import Assignment, Chain, find_chain, solve_problem, variants
 from taps_core.search_problem import SearchProblem
 from taps_core.solver import fronts
@@ -91,91 +93,140 @@ def dual_bounds(
     return Bounds(best, best_t, lower, lam, solves)
 
 
-def _node_tables(
-    problem: SearchProblem, names: set[str], rc: bool, rules: Rules
-) -> dict[str, FrontTable]:
-    return {
-        n: fronts.node_table(n, problem.option_time[n][rc], problem.option_memory[n][rc], rules)
-        for n in problem.option_time
-        if n in names
-    }
+def build_schedule(problem: SearchProblem) -> tuple[fronts.Schedule, Chain | None]:
+    """One elimination schedule for the whole problem: the layer block (both recomputation
+    variants), its repeated squaring when the model has a chain of identical layers, and the
+    rest of the graph (its variants) with the chain as one edge."""
+    sched = fronts.Schedule()
+    chain = find_chain(problem)
+    all_nodes = set(problem.option_time)
+
+    def part(names: set[str], keep: tuple[str, ...], key: str, extra=()) -> int:  # type: ignore[no-untyped-def]
+        alts, flags = [], variants(problem, names - set(keep))
+        for rc in flags:
+            nodes = {
+                n: sched.input(("node", n, rc), (len(problem.option_time[n][rc]),))
+                for n in problem.option_time
+                if n in names
+            }
+            edges = [
+                (e.u, e.v, sched.input(("edge", i, rc), e.keep.shape))
+                for i, e in enumerate(problem.edges)
+                if e.u in names and e.v in names
+            ]
+            alts.append(fronts.eliminate_schedule(sched, nodes, edges + list(extra), keep))
+        if len(alts) == 1:
+            return alts[0]
+        return sched.step(
+            "union", tuple(alts), sched.shapes[alts[0]], key=key, values=tuple(map(int, flags))
+        )
+
+    if chain is None:
+        sched.final = part(all_nodes, (), RC_TOP)
+        return sched, None
+    first, entry = chain.layers[1], chain.exits[0]
+    block = part(set(first) | {entry}, (entry, chain.exits[1]), RC_BLOCK)
+    stack = _power_steps(sched, block, len(chain.layers) - 1, chain.exits[1])
+    last = chain.exits[-1]
+    middle = {n for lay in chain.layers[1:] for n in lay}
+    top_nodes = (all_nodes - middle) | {last}
+    sched.final = part(top_nodes, (), RC_TOP, [(entry, last, stack)])
+    return sched, chain
 
 
-def _edge_tables(
-    problem: SearchProblem, names: set[str], rc: bool
-) -> list[tuple[str, str, FrontTable]]:
-    return [
-        (e.u, e.v, fronts.edge_table(e.recompute if rc else e.keep))
-        for e in problem.edges
-        if e.u in names and e.v in names
-    ]
-
-
-def _solve_variants(
-    problem: SearchProblem,
-    names: set[str],
-    keep: tuple[str, ...],
-    rules: Rules,
-    key: str,
-    extra: list[tuple[str, str, FrontTable]] = (),  # type: ignore[assignment]
-) -> FrontTable:
-    """Fronts of a subproblem over ``keep``, the best of its recomputation variants."""
-    tables = []
-    flags = variants(problem, names - set(keep))
-    for rc in flags:
-        nodes = _node_tables(problem, names, rc, rules)
-        edges = _edge_tables(problem, names, rc) + list(extra)
-        tables.append(fronts.eliminate(nodes, edges, keep, rules))
-    return fronts.union(tables, rules, key, [int(f) for f in flags])
-
-
-def _power(block: FrontTable, k: int, rules: Rules, exit_key: str) -> FrontTable:
-    """Fronts of ``k`` consecutive layers by repeated squaring (layer offsets tracked)."""
-    result: FrontTable | None = None
-    result_len = 0
+def _power_steps(sched: fronts.Schedule, block: int, k: int, exit_key: str) -> int:
+    """Steps composing ``k`` consecutive layers by repeated squaring (layer offsets tracked)."""
+    result, result_len = -1, 0
     base, base_len = block, 1
+    shape = sched.shapes[block]
     while k:
         if k & 1:
-            if result is None:
+            if result < 0:
                 result, result_len = base, base_len
             else:
-                result = fronts.series(
-                    result, None, base, rules, exit_key, (0, 0, result_len), result_len - 1
+                result = sched.step(
+                    "series", (result, -1, base), shape, key=exit_key,
+                    key_offset=result_len - 1, shifts=(0, 0, result_len),
                 )
                 result_len += base_len
         k >>= 1
         if k:
-            base = fronts.series(base, None, base, rules, exit_key, (0, 0, base_len), base_len - 1)
+            base = sched.step(
+                "series", (base, -1, base), shape, key=exit_key, key_offset=base_len - 1,
+                shifts=(0, 0, base_len),
+            )
             base_len *= 2
-    assert result is not None
     return result
 
 
-def exact_fronts(problem: SearchProblem, limit: float, bounds: Bounds) -> Assignment | None:
-    """The fastest plan within ``limit`` (None if none fits), using fronts pruned by the gap.
+def _scalar_inputs(
+    problem: SearchProblem, sched: fronts.Schedule, lam: float
+) -> dict[int, np.ndarray]:
+    out: dict[int, np.ndarray] = {}
+    for i, spec in sched.inputs.items():
+        if spec[0] == "node":
+            out[i] = problem.node_cost(spec[1], lam, spec[2])[0]
+        elif spec[0] == "edge":
+            e = problem.edges[spec[1]]
+            out[i] = e.recompute if spec[2] else e.keep
+        else:
+            out[i] = np.zeros(())
+    return out
 
-    Raises :class:`~taps_core.solver.fronts.TruncatedError` when the fronts outgrow their
-    budget (the caller then reports the dual gap instead of a proof).
-    """
-    floors = sum(problem.min_memory(n) for n in problem.option_time)
-    gap = max(bounds.best_time - bounds.lower, 0.0)
-    rules = Rules(bounds.lam, gap, limit, floors)
-    chain = find_chain(problem)
-    all_nodes = set(problem.option_time)
-    if chain is None:
-        final = _solve_variants(problem, all_nodes, (), rules, RC_TOP)
+
+@dataclass
+class FrontSearch:
+    """A schedule with its values and outsides at one multiplier, ready for front passes."""
+
+    problem: SearchProblem
+    limit: float
+    lam: float
+    schedule: fronts.Schedule
+    chain: Chain | None
+    least: float  # least value of the whole problem at ``lam`` (seconds)
+    outsides: dict[int, np.ndarray]
+
+    @classmethod
+    def prepare(cls, problem: SearchProblem, limit: float, lam: float) -> FrontSearch:
+        sched, chain = build_schedule(problem)
+        values = fronts.forward_values(sched, _scalar_inputs(problem, sched, lam))
+        least = float(values[sched.final])
+        return cls(
+            problem, limit, lam, sched, chain, least, fronts.backward_outsides(sched, values)
+        )
+
+    def run(self, best_time: float) -> Assignment | None:
+        """The fastest plan within the limit among those no slower than ``best_time`` (None if
+        none). Raises :class:`~taps_core.solver.fronts.TruncatedError` past the budget."""
+        problem, limit = self.problem, self.limit
+        floors = sum(problem.min_memory(n) for n in problem.option_time)
+        rules = Rules(self.lam, best_time + self.lam * limit, limit, floors)
+        if self.least > rules.target + rules.slack():
+            return None
+        tables: dict[int, FrontTable] = {}
+        for i, spec in self.schedule.inputs.items():
+            if i not in self.outsides:
+                continue
+            out = self.outsides[i]
+            if spec[0] == "node":
+                n, rc = spec[1], spec[2]
+                t, m = problem.option_time[n][rc], problem.option_memory[n][rc]
+                tables[i] = fronts.node_front(n, t, m, rules, out)
+            elif spec[0] == "edge":
+                e = problem.edges[spec[1]]
+                tables[i] = fronts.matrix_front(e.recompute if spec[2] else e.keep, rules, out)
+            else:
+                tables[i] = fronts.constant_front()
+        final = fronts.forward_fronts(self.schedule, tables, self.outsides, rules)
         point = fronts.pick(final, limit)
-        return None if point is None else _assignment(problem, final, point, None)
-    first, entry = chain.layers[1], chain.exits[0]
-    block = _solve_variants(problem, set(first) | {entry}, (entry, chain.exits[1]), rules, RC_BLOCK)
-    repeats = len(chain.layers) - 1
-    stack = _power(block, repeats, rules, chain.exits[1])
-    last = chain.exits[-1]
-    middle = {n for lay in chain.layers[1:] for n in lay}
-    top_nodes = (all_nodes - middle) | {last}
-    final = _solve_variants(problem, top_nodes, (), rules, RC_TOP, [(entry, last, stack)])
-    point = fronts.pick(final, limit)
-    return None if point is None else _assignment(problem, final, point, chain)
+        return None if point is None else _assignment(problem, final, point, self.chain)
+
+
+def exact_fronts(problem: SearchProblem, limit: float, bounds: Bounds) -> Assignment | None:
+    """The fastest plan within ``limit`` no slower than ``bounds.best_time`` (see
+    :class:`FrontSearch`): the constrained optimum when ``bounds.best_time`` is a fitting
+    plan's time."""
+    return FrontSearch.prepare(problem, limit, bounds.lam).run(bounds.best_time)
 
 
 def _assignment(

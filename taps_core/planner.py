@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from taps_core.collectives import CommCost, TopologyCost, VolumeCost
-from taps_core.constrained import Bounds, dual_bounds, evaluate_at, exact_fronts
+from taps_core.constrained import Bounds, FrontSearch, dual_bounds, evaluate_at
 from taps_core.costs import MODES
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.graph import OpGraph, OpSpec
@@ -94,21 +94,21 @@ def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Assign
 def _deepening(
     problem: SearchProblem, limit: float, bounds: Bounds
 ) -> tuple[Assignment | None, float]:
-    """Front searches with a growing gap until one proves its answer: a run keeping points
-    within ``g`` of the bound is exact once its best time is within ``g`` of the bound too."""
+    """Front searches with a growing gap until one proves its answer: a pass keeping every plan
+    within ``g`` of the dual bound is exact once its best time is within ``g`` of it too."""
+    fs = FrontSearch.prepare(problem, limit, bounds.lam)
     full = bounds.best_time - bounds.lower
     g = full * FIRST_GAP_FRACTION
     while True:
-        trial = replace(bounds, best_time=bounds.lower + g)
         try:
-            found = exact_fronts(problem, limit, trial)
+            found = fs.run(bounds.lower + g)
         except TruncatedError:
             return None, g
         if found is not None and found.cost - bounds.lower <= g * (1 + 1e-9):
             return found, g
         if g >= full:
             return found, g
-        g = min(full, max(g * 4, (found.cost - bounds.lower) if found is not None else 0.0))
+        g = min(full, g * 4)
 
 
 def check_workload(graph: OpGraph, topology: Topology, space: SearchSpace = SearchSpace()) -> None:

@@ -467,3 +467,26 @@ def _tie_edges(
                 mat = fwd + np.where(same, 0.0, back)
             edges.append(Edge(node_of[owner], node_of[op.name], mat, mat))
     return edges
+
+
+def expanded_problem(
+    problem: SearchProblem, recompute: bool = False
+) -> tuple[CostGraph, dict[str, np.ndarray]]:
+    """The problem with every (strategy, option) pair as its own strategy, and the memory of
+    each (bytes per device): what an ILP with the exact memory constraint needs. Node ``n``'s
+    expanded index ``s * options + o`` is strategy ``s`` with option ``o``; absent options
+    cost +inf. All layered nodes take the ``recompute`` variant."""
+    costs: dict[str, np.ndarray] = {}
+    memory: dict[str, np.ndarray] = {}
+    width: dict[str, int] = {}
+    for n in problem.option_time:
+        t = problem.option_time[n][recompute]
+        costs[n] = t.ravel().copy()
+        memory[n] = np.where(np.isfinite(t), problem.option_memory[n][recompute], 0.0).ravel()
+        width[n] = t.shape[1]
+    edges = []
+    for e in problem.edges:
+        mat = e.recompute if recompute else e.keep
+        mat = np.repeat(np.repeat(mat, width[e.u], axis=0), width[e.v], axis=1)
+        edges.append((e.u, e.v, mat))
+    return CostGraph(costs, tuple(edges)), memory

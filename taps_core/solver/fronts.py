@@ -1,46 +1,280 @@
 """Exact memory-constrained elimination: Pareto fronts of (time, memory) instead of numbers.
 
-Minimising time under a memory limit breaks the plain DP (memory is a second sum). Here every
-table entry of the elimination is a *front*: the (seconds, bytes) pairs of the partial plans
-it stands for that no other partial plan beats on both. Fronts are kept small by three rules,
-each exact for the constrained optimum:
+Minimising time under a memory limit breaks the plain DP (memory is a second sum). Here an
+elimination :class:`Schedule` (which node is folded into which table, in what order) is run
+three times at a Lagrange multiplier ``lam``:
 
-- Pareto: a partial plan slower and larger than another with the same boundary is dropped;
-- memory cap: one whose bytes, plus the least bytes the rest of the plan can hold, exceed
-  the limit is dropped;
-- Lagrangian gap: at a multiplier ``lam``, ``t + lam * m`` of any partial plan exceeds the
-  least such value at the same boundary by at most ``gap = UB - LB`` if it belongs to an
-  optimal plan (swap it for the least one: the rest is unchanged, and no plan scores below the
-  Lagrangian bound LB; UB is the time of a known feasible plan). Anything further is dropped.
+1. on numbers ``t + lam * m`` (the plain DP): each table's least value per cell;
+2. backwards: each table's *outside*, the least value of everything else given the cell;
+3. on *fronts*: every cell holds the (seconds, bytes) pairs of the partial plans it stands for
+   that no other beats on both, pruned by three rules that keep the constrained optimum:
 
-A :class:`FrontTable` holds every front of one factor (a node's strategies, an edge's pairs of
-strategies) as flat arrays sorted by cell, and remembers where each point came from, so the
-chosen strategy of every eliminated node can be recovered by walking back from the winner.
+   - Pareto: a partial plan slower and larger than another in the same cell is dropped;
+   - memory cap: one whose bytes plus the least bytes of the rest exceed the limit;
+   - Lagrangian: one whose ``t + lam * m`` plus the cell's outside exceeds ``L + g``, where L
+     is the least value of the whole problem. A fitting plan of time T has value at most
+     ``T + lam * limit``, so with ``g = T - (L - lam * limit)`` for a known fitting T, every
+     plan at least as fast survives.
+
+Tables remember where each point came from, so the winner's strategies (and options) are
+recovered by walking back. Tables may be used by several steps (a layer's table is squared to
+make many layers); outsides then take the least over the uses.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from taps_core.solver.elimination import min_plus
 
-GAP_TOLERANCE = 1e-9  # relative slack on the gap rule, against float round-off
-MAX_POINTS = 4_000_000  # a table larger than this is truncated (the result is then unproven)
+GAP_TOLERANCE = 1e-9  # relative slack on the Lagrangian rule, against float round-off
+MAX_POINTS = 60_000_000  # a step with more point combinations gives up (result unproven)
+CHUNK_POINTS = 2_000_000  # combinations expanded and pruned at once
 
 
 class TruncatedError(Exception):
-    """Raised when a table would exceed :data:`MAX_POINTS`: the proof is out of reach."""
+    """A step outgrew :data:`MAX_POINTS`: the exact search is out of reach at this gap."""
+
+
+class KnotError(Exception):
+    """The graph has a knot (every node of degree 3 or more): no series-parallel schedule."""
+
+
+# ---- schedules -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """One table-making step.
+
+    kinds: ``transpose`` (args: x), ``add`` (x, y), ``leaf`` (node u, node v, edge u->v),
+    ``series`` (edge u->v, node v or -1, edge v->w), ``root`` (constant, node v), ``kept``
+    (constant, node a, node c or -1, edge a->c or -1), ``union`` (alternatives...).
+    ``key`` records the eliminated node's strategy (or the union's choice) under that name, at
+    layer offset ``key_offset``; ``shifts`` move the layer offset of each argument.
+    """
+
+    kind: str
+    out: int
+    args: tuple[int, ...]
+    key: str | None = None
+    key_offset: int = 0
+    shifts: tuple[int, ...] = ()
+    values: tuple[int, ...] = ()  # union: the value recorded for each alternative
+
+
+@dataclass
+class Schedule:
+    """Input tables (by id), steps in order, and the final table's id."""
+
+    inputs: dict[int, tuple] = field(default_factory=dict)  # id -> ("node", name, variant) ...
+    steps: list[Step] = field(default_factory=list)
+    shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    final: int = -1
+    _next: int = 0
+
+    def new(self, shape: tuple[int, ...]) -> int:
+        i = self._next
+        self._next += 1
+        self.shapes[i] = shape
+        return i
+
+    def input(self, spec: tuple, shape: tuple[int, ...]) -> int:
+        i = self.new(shape)
+        self.inputs[i] = spec
+        return i
+
+    def step(self, kind: str, args: tuple[int, ...], shape: tuple[int, ...], **kw: object) -> int:
+        out = self.new(shape)
+        self.steps.append(Step(kind, out, args, **kw))  # type: ignore[arg-type]
+        return out
+
+
+def eliminate_schedule(
+    sched: Schedule,
+    nodes: dict[str, int],
+    edges: list[tuple[str, str, int]],
+    keep: tuple[str, ...],
+) -> int:
+    """Append the steps that fold every node but ``keep`` (at most two) into one table over the
+    kept nodes; return its id. Degree-0/1/2 nodes go cheapest first, as in the plain DP."""
+    node = dict(nodes)
+    adj: dict[str, dict[str, int]] = {n: {} for n in node}  # adj[u][v]: table oriented u->v
+
+    def size(n: str) -> int:
+        return sched.shapes[node[n]][0]
+
+    def put(u: str, v: str, tab: int) -> None:
+        if v in adj[u]:
+            tab = sched.step("add", (adj[u][v], tab), sched.shapes[tab])
+        adj[u][v] = tab
+        adj[v][u] = sched.step("transpose", (tab,), sched.shapes[tab][::-1])
+
+    for u, v, tab in edges:
+        put(u, v, tab)
+    const = sched.input(("const",), ())
+    kept = set(keep)
+    while True:
+        cands = [n for n in node if n not in kept and len(adj[n]) <= 2]
+        if not cands:
+            break
+
+        def work(n: str) -> tuple[float, str]:
+            w = float(size(n))
+            for u in adj[n]:
+                w *= size(u)
+            return w, n
+
+        v = min(cands, key=work)
+        nbrs = sorted(adj[v])
+        if not nbrs:
+            const = sched.step("root", (const, node[v]), (), key=v)
+        elif len(nbrs) == 1:
+            u = nbrs[0]
+            node[u] = sched.step("leaf", (node[u], node[v], adj[u][v]), (size(u),), key=v)
+        else:
+            u, w = nbrs
+            tab = sched.step(
+                "series", (adj[u][v], node[v], adj[v][w]), (size(u), size(w)), key=v
+            )
+            _drop(adj, v)
+            del node[v]
+            put(u, w, tab)
+            continue
+        _drop(adj, v)
+        del node[v]
+    rest = [n for n in node if n not in kept]
+    if rest:
+        raise KnotError(f"nodes {rest[:4]} form a knot")
+    if not keep:
+        return const
+    if len(keep) == 1:
+        return sched.step("kept", (const, node[keep[0]], -1, -1), (size(keep[0]),))
+    a, c = keep
+    edge = adj[a].get(c, -1)
+    return sched.step("kept", (const, node[a], node[c], edge), (size(a), size(c)))
+
+
+def _drop(adj: dict[str, dict[str, int]], v: str) -> None:
+    for u in adj.pop(v):
+        del adj[u][v]
+
+
+# ---- numbers: forward values and backward outsides -------------------------------------------
+
+
+def forward_values(sched: Schedule, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Every table's least value per cell (the plain DP on the schedule)."""
+    val = dict(inputs)
+    for st in sched.steps:
+        a = [val[i] if i >= 0 else None for i in st.args]
+        if st.kind == "transpose":
+            out = a[0].T
+        elif st.kind == "add":
+            out = a[0] + a[1]
+        elif st.kind == "leaf":
+            out = a[0] + (a[2] + a[1][None, :]).min(axis=1)
+        elif st.kind == "series":
+            mid = a[1] if a[1] is not None else np.zeros(a[0].shape[1])
+            out = min_plus(a[0], mid, a[2])[0]
+        elif st.kind == "root":
+            out = a[0] + a[1].min()
+        elif st.kind == "kept":
+            out = _kept_values(a)
+        else:  # union
+            out = np.minimum.reduce(a)
+        val[st.out] = out
+    return val
+
+
+def _kept_values(a: list) -> np.ndarray:
+    const, na, nc, edge = a
+    if nc is None:
+        return const + na
+    out = const + na[:, None] + nc[None, :]
+    return out + edge if edge is not None else out
+
+
+def backward_outsides(
+    sched: Schedule, val: dict[int, np.ndarray], final_outside: np.ndarray | float = 0.0
+) -> dict[int, np.ndarray]:
+    """Every table's outside: the least value of the rest of the problem given its cell."""
+    out: dict[int, np.ndarray] = {sched.final: np.broadcast_to(
+        np.asarray(final_outside, dtype=float), np.shape(val[sched.final])
+    ).copy()}
+
+    def give(i: int, o: np.ndarray) -> None:
+        if i < 0:
+            return
+        out[i] = o if i not in out else np.minimum(out[i], o)
+
+    for st in reversed(sched.steps):
+        if st.out not in out:
+            continue
+        oz = out[st.out]
+        a = [val[i] if i >= 0 else None for i in st.args]
+        if st.kind == "transpose":
+            give(st.args[0], oz.T)
+        elif st.kind == "add":
+            give(st.args[0], oz + a[1])
+            give(st.args[1], oz + a[0])
+        elif st.kind == "leaf":
+            nu, nv, e = a
+            give(st.args[0], oz + (e + nv[None, :]).min(axis=1))
+            give(st.args[1], ((oz + nu)[:, None] + e).min(axis=0))
+            give(st.args[2], (oz + nu)[:, None] + nv[None, :])
+        elif st.kind == "series":
+            euv, nv, evw = a
+            mid = nv if nv is not None else np.zeros(euv.shape[1])
+            tail = min_plus(oz, np.zeros(oz.shape[1]), evw.T)[0]  # [a, b]
+            give(st.args[0], tail + mid[None, :])
+            if nv is not None:
+                give(st.args[1], (euv + tail).min(axis=0))
+            head = min_plus(euv.T, np.zeros(euv.shape[0]), oz)[0]  # [b, c]
+            give(st.args[2], head + mid[:, None])
+        elif st.kind == "root":
+            const, nv = a
+            give(st.args[0], oz + nv.min())
+            give(st.args[1], oz + const + np.zeros_like(nv))
+        elif st.kind == "kept":
+            _kept_outsides(st, a, oz, give)
+        else:  # union: each alternative sees the same rest
+            for i in st.args:
+                give(i, oz)
+    return out
+
+
+def _kept_outsides(
+    st: Step, a: list, oz: np.ndarray, give: Callable[[int, np.ndarray], None]
+) -> None:
+    const, na, nc, edge = a
+    if nc is None:
+        give(st.args[0], np.asarray((oz + na).min()))
+        give(st.args[1], oz + const)
+        return
+    e = edge if edge is not None else 0.0
+    full = oz + na[:, None] + nc[None, :] + e
+    give(st.args[0], np.asarray(full.min()))
+    give(st.args[1], (oz + const + nc[None, :] + e).min(axis=1))
+    give(st.args[2], (oz + const + na[:, None] + e).min(axis=0))
+    if st.args[3] >= 0:
+        give(st.args[3], oz + const + na[:, None] + nc[None, :])
+
+
+# ---- fronts ----------------------------------------------------------------------------------
 
 
 @dataclass
 class FrontTable:
-    """Fronts over a grid of cells (``shape``: () for a constant, (n,) a node, (a, c) an edge).
+    """Fronts over a grid of cells (``shape``: () a constant, (n,) a node, (a, c) an edge).
 
     Points are sorted by cell. ``parents[j]`` is (table, layer shift) and ``src[:, j]`` the
     point each point came from there (-1: none); ``fixes`` are (key, value per point, layer
-    offset): the strategy of an eliminated node, the option of a node, a recomputation flag.
+    offset): an eliminated node's strategy, a node's option, a recomputation flag.
     """
 
     shape: tuple[int, ...]
@@ -72,16 +306,19 @@ class FrontTable:
 
 @dataclass(frozen=True)
 class Rules:
-    """The pruning rules of one search: multiplier, gap (s), memory limit and floor (bytes)."""
+    """Pruning: multiplier (s/byte), target value (s), memory limit and least total (bytes)."""
 
     lam: float
-    gap: float
+    target: float
     limit: float
-    total_floor: float  # least memory of the whole problem
+    total_floor: float
 
     def cap(self, floor: float) -> float:
         """Most memory a table with ``floor`` folded in may hold and still fit."""
         return self.limit - (self.total_floor - floor) + 1e-9 * abs(self.limit)
+
+    def slack(self) -> float:
+        return GAP_TOLERANCE * max(abs(self.target), 1e-30)
 
 
 def _segmented_prefix_min(values: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -103,29 +340,17 @@ def prune(
     m: np.ndarray,
     rules: Rules,
     floor: float,
-    bound: np.ndarray | None = None,
+    outside: np.ndarray,
 ) -> np.ndarray:
-    """Indices of the points that survive the three rules, sorted by (cell, memory).
-
-    ``bound[cell]`` is the least ``t + lam*m`` of the cell when known (else computed here).
-    """
+    """Indices of the points that survive the three rules, sorted by (cell, memory)."""
     if len(cell) == 0:
         return np.zeros(0, dtype=np.int64)
-    red = t + rules.lam * m
-    if bound is None:
-        uniq, inv = np.unique(cell, return_inverse=True)
-        low = np.full(len(uniq), np.inf)
-        np.minimum.at(low, inv, red)
-        limit_red = low[inv]
-    else:
-        limit_red = bound[cell]
-    slack = rules.gap + GAP_TOLERANCE * (np.abs(limit_red) + rules.gap)
-    keep = (red <= limit_red + slack) & (m <= rules.cap(floor)) & np.isfinite(t)
+    red = t + rules.lam * m + outside.ravel()[cell]
+    keep = (red <= rules.target + rules.slack()) & (m <= rules.cap(floor)) & np.isfinite(t)
     idx = np.flatnonzero(keep)
     if len(idx) == 0:
         return idx
-    order = np.lexsort((t[idx], m[idx], cell[idx]))
-    idx = idx[order]
+    idx = idx[np.lexsort((t[idx], m[idx], cell[idx]))]
     c, tt = cell[idx], t[idx]
     prev = np.empty(len(idx))
     prev[0] = np.inf
@@ -133,94 +358,17 @@ def prune(
     first = np.ones(len(idx), dtype=bool)
     first[1:] = c[1:] != c[:-1]
     prev[first] = np.inf
-    tol = 1e-12 * np.abs(tt)
-    survive = tt < prev - tol
-    idx = idx[survive]
-    if len(idx) > MAX_POINTS:
-        raise TruncatedError(f"a front table grew past {MAX_POINTS} points")
-    return idx
-
-
-def node_table(
-    name: str, time: np.ndarray, memory: np.ndarray, rules: Rules, *, key_prefix: str = ""
-) -> FrontTable:
-    """A node's fronts from its option arrays [strategies, options] (seconds, bytes)."""
-    s_count, o_count = time.shape
-    cell = np.repeat(np.arange(s_count), o_count)
-    opt = np.tile(np.arange(o_count), s_count)
-    t, m = time.ravel(), memory.ravel()
-    floor = float(np.min(memory[np.isfinite(time)])) if np.isfinite(time).any() else 0.0
-    keep = prune(cell, t, m, rules, floor)
-    return FrontTable(
-        (s_count,),
-        cell[keep],
-        t[keep],
-        m[keep],
-        floor,
-        [],
-        np.zeros((len(keep), 0), dtype=np.int64),
-        [(key_prefix + name, cell[keep], 0), ("opt:" + key_prefix + name, opt[keep], 0)],
-    )
-
-
-def edge_table(matrix: np.ndarray) -> FrontTable:
-    """An edge's fronts: one point per finite entry, no memory."""
-    a, c = matrix.shape
-    flat = matrix.ravel()
-    cell = np.flatnonzero(np.isfinite(flat))
-    return FrontTable(
-        (a, c),
-        cell,
-        flat[cell].astype(float),
-        np.zeros(len(cell)),
-        0.0,
-        [],
-        np.zeros((len(cell), 0), dtype=np.int64),
-        [],
-    )
-
-
-def constant_table() -> FrontTable:
-    """The empty sum: one point (0 s, 0 bytes) in the single cell."""
-    return FrontTable(
-        (),
-        np.zeros(1, dtype=np.int64),
-        np.zeros(1),
-        np.zeros(1),
-        0.0,
-        [],
-        np.zeros((1, 0), dtype=np.int64),
-        [],
-    )
-
-
-def transpose(x: FrontTable) -> FrontTable:
-    """An edge table with its two ends swapped."""
-    a, c = x.shape
-    cell = (x.cell % c) * a + x.cell // c
-    order = np.argsort(cell, kind="stable")
-    return FrontTable(
-        (c, a),
-        cell[order],
-        x.t[order],
-        x.m[order],
-        x.floor,
-        [(x, 0)],
-        order[:, None].astype(np.int64),
-        [],
-    )
+    return idx[tt < prev - 1e-12 * np.abs(tt)]
 
 
 def _expand(counts: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """For candidates with ``counts[j][i]`` points in source j: every combination, as
-    (candidate index, offset within source j) arrays."""
+    """Every combination of one point per source: (candidate index, offset in each source)."""
     total = np.ones_like(counts[0])
     for c in counts:
         total = total * c
     n = int(total.sum())
     rep = np.repeat(np.arange(len(total)), total)
-    start = np.cumsum(total) - total
-    local = np.arange(n) - start[rep]
+    local = np.arange(n) - (np.cumsum(total) - total)[rep]
     offs = []
     for c in reversed(counts):
         cr = c[rep]
@@ -232,158 +380,227 @@ def _expand(counts: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
 def combine(
     shape: tuple[int, ...],
     out_cell: np.ndarray,
-    sources: list[tuple[FrontTable, np.ndarray]],
+    sources: list[tuple[FrontTable, np.ndarray, int]],
     rules: Rules,
-    bound: np.ndarray | None,
+    outside: np.ndarray,
     fixes: list[tuple[str, np.ndarray, int]],
-    shifts: list[int] | None = None,
 ) -> FrontTable:
-    """Sum one point of each source for every candidate (``out_cell[i]``, source cells ``i``),
-    over all point combinations, then prune. ``fixes`` give values per candidate."""
-    floor = sum(tab.floor for tab, _ in sources)
+    """For each candidate ``i``: sum one point of every source (table, its cell ``i``, layer
+    shift) over all point combinations, into ``out_cell[i]``; then prune. Candidates are
+    expanded in chunks of about :data:`CHUNK_POINTS` combinations, pruned chunk by chunk."""
+    floor = sum(tab.floor for tab, _, _ in sources)
+    parents = [(tab, shift) for tab, _, shift in sources]
     if len(out_cell) == 0:
-        return FrontTable(
-            shape,
-            np.zeros(0, dtype=np.int64),
-            np.zeros(0),
-            np.zeros(0),
-            floor,
-            [(tab, s) for (tab, _), s in zip(sources, shifts or [0] * len(sources))],
-            np.zeros((0, len(sources)), dtype=np.int64),
-            [(k, v[:0], o) for k, v, o in fixes],
-        )
-    ranges = [tab.starts() for tab, _ in sources]
-    counts = [cnt[cells] for (lo, cnt), (_, cells) in zip(ranges, sources)]
-    rep, offs = _expand(counts)
-    if len(rep) > 4 * MAX_POINTS:
-        raise TruncatedError(f"{len(rep)} point combinations in one step")
-    pts = [lo[cells][rep] + off for (lo, _), (_, cells), off in zip(ranges, sources, offs)]
-    t = np.zeros(len(rep))
-    m = np.zeros(len(rep))
-    for (tab, _), p in zip(sources, pts):
-        t += tab.t[p]
-        m += tab.m[p]
-    cell = out_cell[rep]
-    keep = prune(cell, t, m, rules, floor, bound)
+        none = np.zeros(0, dtype=np.int64)
+        return FrontTable(shape, none, np.zeros(0), np.zeros(0), floor, parents,
+                          np.zeros((0, len(sources)), dtype=np.int64),
+                          [(k, none, o) for k, _, o in fixes])
+    ranges = [tab.starts() for tab, _, _ in sources]
+    counts = [cnt[cells] for (_, cnt), (_, cells, _) in zip(ranges, sources)]
+    total = np.ones(len(out_cell), dtype=np.int64)
+    for c in counts:
+        total = total * c
+    if int(total.sum()) > MAX_POINTS:
+        raise TruncatedError(f"{int(total.sum())} point combinations in one step")
+    bounds = np.searchsorted(np.cumsum(total), np.arange(CHUNK_POINTS, total.sum(), CHUNK_POINTS))
+    edges = [0, *sorted(set(bounds.tolist()) - {0}), len(out_cell)]
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]] = []
+    for lo_i, hi_i in itertools.pairwise(edges):
+        sel = slice(lo_i, hi_i)
+        rep, offs = _expand([c[sel] for c in counts]) if hi_i > lo_i else (np.zeros(0, int), [])
+        rep = rep + lo_i
+        pts = [lo[cells][rep] + off for (lo, _), (_, cells, _), off in zip(ranges, sources, offs)]
+        t = np.zeros(len(rep))
+        m = np.zeros(len(rep))
+        for (tab, _, _), p in zip(sources, pts):
+            t += tab.t[p]
+            m += tab.m[p]
+        cell = out_cell[rep]
+        keep = prune(cell, t, m, rules, floor, outside)
+        parts.append((cell[keep], t[keep], m[keep], rep[keep], [p[keep] for p in pts]))
+    cell = np.concatenate([x[0] for x in parts]) if parts else np.zeros(0, dtype=np.int64)
+    t = np.concatenate([x[1] for x in parts]) if parts else np.zeros(0)
+    m = np.concatenate([x[2] for x in parts]) if parts else np.zeros(0)
+    rep = np.concatenate([x[3] for x in parts]) if parts else np.zeros(0, dtype=np.int64)
+    pts = [np.concatenate([x[4][j] for x in parts]) for j in range(len(sources))] if parts else []
+    keep = prune(cell, t, m, rules, floor, outside) if len(parts) > 1 else np.arange(len(cell))
+    src = (
+        np.stack([p[keep] for p in pts], axis=1)
+        if pts
+        else np.zeros((len(keep), len(sources)), dtype=np.int64)
+    )
     return FrontTable(
-        shape,
-        cell[keep],
-        t[keep],
-        m[keep],
-        floor,
-        [(tab, s) for (tab, _), s in zip(sources, shifts or [0] * len(sources))],
-        np.stack([p[keep] for p in pts], axis=1) if pts else np.zeros((len(keep), 0), int),
+        shape, cell[keep], t[keep], m[keep], floor, parents, src,
         [(k, v[rep][keep], o) for k, v, o in fixes],
     )
 
 
-def series(
-    uv: FrontTable,
-    v: FrontTable | None,
-    vw: FrontTable,
-    rules: Rules,
-    v_key: str | None,
-    shifts: tuple[int, int, int] = (0, 0, 0),
-    key_offset: int = 0,
+def node_front(
+    name: str, time: np.ndarray, memory: np.ndarray, rules: Rules, outside: np.ndarray
 ) -> FrontTable:
-    """Eliminate the middle of u -(uv)- v -(vw)- w: fronts over (a, c) of
-    ``uv[a, b] + v[b] + vw[b, c]`` for every b (b is recorded under ``v_key``, at layer offset
-    ``key_offset``); ``shifts`` move the layer offset of each source."""
-    a, b = uv.shape
-    c = vw.shape[1]
-    r_uv = uv.best(rules.lam)
-    r_vw = vw.best(rules.lam)
-    r_v = v.best(rules.lam) if v is not None else np.zeros(b)
-    low, _ = min_plus(r_uv, r_v, r_vw)
-    low_flat = low.ravel()
-    cand: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    step = max(1, (1 << 22) // max(1, b * c))
-    for start in range(0, a, step):
-        blk = r_uv[start : start + step, :, None] + r_v[None, :, None] + r_vw[None, :, :]
-        lim = low[start : start + step, None, :]
-        slack = rules.gap + GAP_TOLERANCE * (np.abs(lim) + rules.gap)
-        ia, ib, ic = np.nonzero(blk <= lim + slack)
-        cand.append((ia + start, ib, ic))
+    """A node's fronts from its option arrays [strategies, options] (seconds, bytes)."""
+    s_count, o_count = time.shape
+    cell = np.repeat(np.arange(s_count), o_count)
+    opt = np.tile(np.arange(o_count), s_count)
+    t, m = time.ravel(), memory.ravel()
+    finite = np.isfinite(t)
+    floor = float(np.min(m[finite])) if finite.any() else 0.0
+    keep = prune(cell, t, m, rules, floor, outside)
+    return FrontTable(
+        (s_count,), cell[keep], t[keep], m[keep], floor, [],
+        np.zeros((len(keep), 0), dtype=np.int64),
+        [(name, cell[keep], 0), ("opt:" + name, opt[keep], 0)],
+    )
+
+
+def matrix_front(matrix: np.ndarray, rules: Rules, outside: np.ndarray) -> FrontTable:
+    """An edge's fronts: one point (seconds, 0 bytes) per entry."""
+    flat = np.asarray(matrix, dtype=float).ravel()
+    cell = np.arange(len(flat))
+    keep = prune(cell, flat, np.zeros(len(flat)), rules, 0.0, outside)
+    return FrontTable(
+        matrix.shape, cell[keep], flat[keep], np.zeros(len(keep)), 0.0, [],
+        np.zeros((len(keep), 0), dtype=np.int64), [],
+    )
+
+
+def constant_front() -> FrontTable:
+    """The empty sum: one point (0 s, 0 bytes)."""
+    one = np.zeros(1)
+    return FrontTable((), np.zeros(1, dtype=np.int64), one, one.copy(), 0.0, [],
+                      np.zeros((1, 0), dtype=np.int64), [])
+
+
+def forward_fronts(
+    sched: Schedule,
+    inputs: dict[int, FrontTable],
+    outside: dict[int, np.ndarray],
+    rules: Rules,
+) -> FrontTable:
+    """Run the schedule on fronts; return the final table."""
+    tab = dict(inputs)
+    lam = rules.lam
+    for st in sched.steps:
+        if st.out not in outside:
+            continue  # not on any path to the final table
+        oz = np.asarray(outside[st.out], dtype=float)
+        a = [tab[i] if i >= 0 else None for i in st.args]
+        sh = st.shifts or (0,) * len(st.args)
+        fix = _fixer(st)
+        if st.kind == "transpose":
+            x = a[0]
+            r, c = x.shape
+            cell = (x.cell % c) * r + x.cell // c
+            order = np.argsort(cell, kind="stable")
+            out = FrontTable((c, r), cell[order], x.t[order], x.m[order], x.floor, [(x, 0)],
+                             order[:, None].astype(np.int64), [])
+        elif st.kind == "add":
+            x, y = a
+            both = np.flatnonzero(np.isfinite(x.best(lam).ravel() + y.best(lam).ravel()))
+            out = combine(x.shape, both, [(x, both, sh[0]), (y, both, sh[1])], rules, oz, [])
+        elif st.kind == "leaf":
+            nu, nv, e = a
+            low = e.best(lam) + nv.best(lam)[None, :] + nu.best(lam)[:, None] + oz[:, None]
+            ia, ib = np.nonzero(low <= rules.target + rules.slack())
+            b = nv.shape[0]
+            out = combine(
+                nu.shape, ia,
+                [(nu, ia, sh[0]), (nv, ib, sh[1]), (e, ia * b + ib, sh[2])],
+                rules, oz, fix(ib),
+            )
+        elif st.kind == "series":
+            out = _series(st, a, sh, oz, rules, fix)
+        elif st.kind == "root":
+            const, nv = a
+            cells = np.flatnonzero(np.isfinite(nv.best(lam)))
+            out = combine((), np.zeros(len(cells), dtype=np.int64),
+                          [(const, np.zeros(len(cells), dtype=np.int64), sh[0]),
+                           (nv, cells, sh[1])], rules, oz, fix(cells))
+        elif st.kind == "kept":
+            out = _kept_front(a, sh, oz, rules)
+        else:  # union
+            out = _union(st, a, rules, oz)
+        tab[st.out] = out
+    return tab[sched.final]
+
+
+def _fixer(st: Step) -> Callable[[np.ndarray], list[tuple[str, np.ndarray, int]]]:
+    """Record the step's key (an eliminated node's strategy) for each candidate."""
+
+    def fix(vals: np.ndarray) -> list[tuple[str, np.ndarray, int]]:
+        return [(st.key, vals, st.key_offset)] if st.key else []
+
+    return fix
+
+
+def _series(
+    st: Step,
+    a: list,
+    sh: tuple[int, ...],
+    oz: np.ndarray,
+    rules: Rules,
+    fix: Callable[[np.ndarray], list[tuple[str, np.ndarray, int]]],
+) -> FrontTable:
+    euv, nv, evw = a
+    lam = rules.lam
+    ra, rb = euv.shape
+    rc = evw.shape[1]
+    r_uv, r_vw = euv.best(lam), evw.best(lam)
+    r_v = nv.best(lam) if nv is not None else np.zeros(rb)
+    cand = []
+    step = max(1, (1 << 22) // max(1, rb * rc))
+    for s in range(0, ra, step):
+        blk = r_uv[s : s + step, :, None] + r_v[None, :, None] + r_vw[None, :, :]
+        blk = blk + oz[s : s + step, None, :]
+        ia, ib, ic = np.nonzero(blk <= rules.target + rules.slack())
+        cand.append((ia + s, ib, ic))
     ia = np.concatenate([x[0] for x in cand])
     ib = np.concatenate([x[1] for x in cand])
     ic = np.concatenate([x[2] for x in cand])
-    sources = [(uv, ia * b + ib)]
-    shift_list = [shifts[0]]
-    if v is not None:
-        sources.append((v, ib))
-        shift_list.append(shifts[1])
-    sources.append((vw, ib * c + ic))
-    shift_list.append(shifts[2])
-    fixes = [(v_key, ib, key_offset)] if v_key is not None else []
-    return combine((a, c), ia * c + ic, sources, rules, low_flat, fixes, shift_list)
+    sources = [(euv, ia * rb + ib, sh[0])]
+    if nv is not None:
+        sources.append((nv, ib, sh[1]))
+    sources.append((evw, ib * rc + ic, sh[2]))
+    return combine((ra, rc), ia * rc + ic, sources, rules, oz, fix(ib))
 
 
-def add(x: FrontTable, y: FrontTable, rules: Rules) -> FrontTable:
-    """Cellwise sum of two tables of the same shape (parallel edges, or a node plus a row)."""
-    rx, ry = x.best(rules.lam).ravel(), y.best(rules.lam).ravel()
-    both = np.flatnonzero(np.isfinite(rx) & np.isfinite(ry))
-    bound = np.full(x.ncells, np.inf)
-    bound[both] = rx[both] + ry[both]
-    return combine(x.shape, both, [(x, both), (y, both)], rules, bound, [])
+def _kept_front(a: list, sh: tuple[int, ...], oz: np.ndarray, rules: Rules) -> FrontTable:
+    const, na, nc, edge = a
+    lam = rules.lam
+    if nc is None:
+        low = const.best(lam)[0] + na.best(lam) + oz
+        cells = np.flatnonzero(low <= rules.target + rules.slack())
+        return combine(na.shape, cells, [(const, np.zeros(len(cells), dtype=np.int64), sh[0]),
+                                         (na, cells, sh[1])], rules, oz, [])
+    c = nc.shape[0]
+    low = const.best(lam)[0] + na.best(lam)[:, None] + nc.best(lam)[None, :] + oz
+    if edge is not None:
+        low = low + edge.best(lam)
+    cells = np.flatnonzero(low.ravel() <= rules.target + rules.slack())
+    sources = [(const, np.zeros(len(cells), dtype=np.int64), sh[0]), (na, cells // c, sh[1]),
+               (nc, cells % c, sh[2])]
+    if edge is not None:
+        sources.append((edge, cells, sh[3]))
+    return combine((na.shape[0], c), cells, sources, rules, oz, [])
 
 
-def union(tables: list[FrontTable], rules: Rules, key: str, values: list[int]) -> FrontTable:
-    """Fronts of the best of several alternatives for the same cells (recorded under ``key``)."""
-    shape = tables[0].shape
-    cell = np.concatenate([t.cell for t in tables])
-    tt = np.concatenate([t.t for t in tables])
-    mm = np.concatenate([t.m for t in tables])
-    which = np.concatenate([np.full(len(t.cell), i) for i, t in enumerate(tables)])
-    local = np.concatenate([np.arange(len(t.cell)) for t in tables])
-    floor = min(t.floor for t in tables)
-    keep = prune(cell, tt, mm, rules, floor)
-    src = np.full((len(keep), len(tables)), -1, dtype=np.int64)
+def _union(st: Step, alts: list, rules: Rules, oz: np.ndarray) -> FrontTable:
+    cell = np.concatenate([x.cell for x in alts])
+    t = np.concatenate([x.t for x in alts])
+    m = np.concatenate([x.m for x in alts])
+    which = np.concatenate([np.full(len(x.cell), i) for i, x in enumerate(alts)])
+    local = np.concatenate([np.arange(len(x.cell)) for x in alts])
+    floor = min(x.floor for x in alts)
+    keep = prune(cell, t, m, rules, floor, oz)
+    src = np.full((len(keep), len(alts)), -1, dtype=np.int64)
     src[np.arange(len(keep)), which[keep]] = local[keep]
-    return FrontTable(
-        shape,
-        cell[keep],
-        tt[keep],
-        mm[keep],
-        floor,
-        [(t, 0) for t in tables],
-        src,
-        [(key, np.array(values)[which[keep]], 0)],
-    )
-
-
-def row(x: FrontTable, i: int) -> FrontTable:
-    """Row ``i`` of an edge table, as a node table over the other end."""
-    c = x.shape[1]
-    sel = np.flatnonzero(x.cell // c == i)
-    return FrontTable(
-        (c,),
-        x.cell[sel] % c,
-        x.t[sel],
-        x.m[sel],
-        x.floor,
-        [(x, 0)],
-        sel[:, None].astype(np.int64),
-        [],
-    )
-
-
-def cell_of(x: FrontTable, i: int) -> FrontTable:
-    """Cell ``i`` of a node table, as a constant table."""
-    sel = np.flatnonzero(x.cell == i)
-    return FrontTable(
-        (),
-        np.zeros(len(sel), dtype=np.int64),
-        x.t[sel],
-        x.m[sel],
-        x.floor,
-        [(x, 0)],
-        sel[:, None].astype(np.int64),
-        [],
-    )
+    fixes = [(st.key, np.array(st.values)[which[keep]], st.key_offset)] if st.key else []
+    return FrontTable(alts[0].shape, cell[keep], t[keep], m[keep], floor,
+                      [(x, 0) for x in alts], src, fixes)
 
 
 def recover(table: FrontTable, point: int) -> dict[tuple[str, int], int]:
-    """Every fixed value behind one point: {(key, layer offset): value}."""
+    """Every recorded value behind one point: {(key, layer offset): value}."""
     out: dict[tuple[str, int], int] = {}
     stack = [(table, point, 0)]
     while stack:
@@ -404,158 +621,3 @@ def pick(table: FrontTable, limit: float) -> int | None:
         return None
     order = np.lexsort((ok, table.m[ok], table.t[ok]))
     return int(ok[order[0]])
-
-
-@dataclass
-class _FrontState:
-    """Working copy of a front elimination: node tables, oriented edge tables, constant."""
-
-    nodes: dict[str, FrontTable]
-    adj: dict[str, dict[str, FrontTable]]  # adj[u][v] has shape (S_u, S_v)
-    constant: FrontTable
-
-    def add_edge(self, u: str, v: str, tab: FrontTable, rules: Rules) -> None:
-        if v in self.adj[u]:
-            tab = add(self.adj[u][v], tab, rules)
-        self.adj[u][v] = tab
-        self.adj[v][u] = transpose(tab)
-
-    def remove(self, v: str) -> None:
-        for u in self.adj.pop(v):
-            del self.adj[u][v]
-        del self.nodes[v]
-
-    def copy(self) -> _FrontState:
-        return _FrontState(
-            dict(self.nodes), {k: dict(v) for k, v in self.adj.items()}, self.constant
-        )
-
-
-def _fold_constant(const: FrontTable, v: FrontTable, key: str, rules: Rules) -> FrontTable:
-    """The constant plus the best of an isolated node's cells (its strategy under ``key``)."""
-    _, cnt = v.starts()
-    cells = np.flatnonzero(cnt > 0)
-    return combine(
-        (),
-        np.zeros(len(cells), dtype=np.int64),
-        [(const, np.zeros(len(cells), int)), (v, cells)],
-        rules,
-        None,
-        [(key, cells, 0)],
-    )
-
-
-def _leaf(st: _FrontState, v: str, u: str, rules: Rules) -> None:
-    """Fold degree-one ``v`` into its neighbour ``u``."""
-    uv = st.adj[u][v]  # (S_u, S_v)
-    ones = edge_table(np.zeros((uv.shape[1], 1)))
-    folded = series(uv, st.nodes[v], ones, rules, v)
-    folded = FrontTable(
-        (uv.shape[0],),
-        folded.cell,
-        folded.t,
-        folded.m,
-        folded.floor,
-        folded.parents,
-        folded.src,
-        folded.fixes,
-    )
-    st.nodes[u] = add(st.nodes[u], folded, rules)
-    st.remove(v)
-
-
-def _kept(st: _FrontState, keep: tuple[str, ...], rules: Rules) -> FrontTable:
-    """Everything left as one table over the kept nodes' strategies (at most two)."""
-    const = st.constant
-    if not keep:
-        return const
-    if len(keep) == 1:
-        e = st.nodes[keep[0]]
-        return combine(
-            e.shape,
-            np.arange(e.ncells),
-            [(const, np.zeros(e.ncells, int)), (e, np.arange(e.ncells))],
-            rules,
-            None,
-            [],
-        )
-    a_name, c_name = keep
-    e, x = st.nodes[a_name], st.nodes[c_name]
-    a, c = e.ncells, x.ncells
-    edge = st.adj[a_name].get(c_name) or edge_table(np.zeros((a, c)))
-    bound = (
-        const.best(rules.lam)[0]
-        + e.best(rules.lam)[:, None]
-        + x.best(rules.lam)[None, :]
-        + edge.best(rules.lam)
-    ).ravel()
-    cells = np.flatnonzero(np.isfinite(bound))
-    return combine(
-        (a, c),
-        cells,
-        [(const, np.zeros(len(cells), int)), (e, cells // c), (x, cells % c), (edge, cells)],
-        rules,
-        bound,
-        [],
-    )
-
-
-def eliminate(
-    nodes: dict[str, FrontTable],
-    edges: list[tuple[str, str, FrontTable]],
-    keep: tuple[str, ...],
-    rules: Rules,
-) -> FrontTable:
-    """Fronts of the whole problem over the kept nodes' strategies (at most two kept).
-
-    Degree-0/1/2 nodes are eliminated cheapest first (as the plain DP does); a knot of nodes of
-    degree >= 3 is broken by fixing the node with the fewest strategies to each of them.
-    """
-    st = _FrontState(dict(nodes), {n: {} for n in nodes}, constant_table())
-    for u, v, tab in edges:
-        st.add_edge(u, v, tab, rules)
-    return _eliminate_state(st, keep, rules)
-
-
-def _eliminate_state(st: _FrontState, keep: tuple[str, ...], rules: Rules) -> FrontTable:
-    kept = set(keep)
-    while True:
-        cands = [n for n in st.nodes if n not in kept and len(st.adj[n]) <= 2]
-        if not cands:
-            break
-
-        def work(n: str) -> float:
-            size = float(st.nodes[n].ncells)
-            for u in st.adj[n]:
-                size *= st.nodes[u].ncells
-            return size
-
-        v = min(cands, key=lambda n: (work(n), n))
-        nbrs = sorted(st.adj[v])
-        if not nbrs:
-            st.constant = _fold_constant(st.constant, st.nodes[v], v, rules)
-            st.remove(v)
-        elif len(nbrs) == 1:
-            _leaf(st, v, nbrs[0], rules)
-        else:
-            u, w = nbrs
-            out = series(st.adj[u][v], st.nodes[v], st.adj[v][w], rules, v)
-            st.remove(v)
-            st.add_edge(u, w, out, rules)
-    rest = [n for n in st.nodes if n not in kept]
-    if not rest:
-        return _kept(st, keep, rules)
-    z = min(rest, key=lambda n: (st.nodes[n].ncells, -len(st.adj[n]), n))
-    zt = st.nodes[z]
-    _, cnt = zt.starts()
-    results: list[FrontTable] = []
-    values: list[int] = []
-    for x in np.flatnonzero(cnt > 0):
-        sub = st.copy()
-        sub.constant = add(sub.constant, cell_of(zt, int(x)), rules)
-        for y, tab in sub.adj[z].items():
-            sub.nodes[y] = add(sub.nodes[y], row(tab, int(x)), rules)
-        sub.remove(z)
-        results.append(_eliminate_state(sub, keep, rules))
-        values.append(int(x))
-    return union(results, rules, z, values)
