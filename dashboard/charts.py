@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from taps_core.explain import Case
@@ -67,6 +68,23 @@ OP_KIND_COLORS = (
 )
 
 
+_AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", ticks="")
+# a small white template (plotly_white alone adds ~7 KB of JSON to every figure sent)
+TEMPLATE = dict(
+    layout=dict(
+        paper_bgcolor="white",
+        plot_bgcolor="white",
+        colorway=list(PLAN_COLORS.values()),
+        xaxis=_AXIS,
+        yaxis=_AXIS,
+        hovermode="closest",
+    )
+)
+# figures the dashboard makes start from it (building plotly's default template costs ~60 ms)
+pio.templates["taps"] = go.layout.Template(TEMPLATE)
+pio.templates.default = "taps"
+
+
 def style(
     fig: go.Figure,
     title: str,
@@ -94,7 +112,7 @@ def style(
     else:
         legend.update(yanchor="bottom", y=1.02)
     fig.update_layout(
-        template="plotly_white",
+        template="taps",
         font=FONT,
         height=height,
         title=dict(text=title, font=dict(size=16), x=0, xanchor="left"),

@@ -330,8 +330,9 @@ def dag_figure(
         fig,
         title or f"Operator graph: how each op is split ({what})",
         x="execution order, left to right (one column per dependency level)",
-        height=min(height, 640),
-        legend_title="sharding",
+        height=min(height, 640) + 90,
+        legend_title="split inside hosts",
+        legend_below=True,
     )
     fig.update_layout(dragmode="pan", font=FONT)
     return fig

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -123,71 +124,178 @@ def tab(server):
 def settle(tab) -> None:
     """Wait until the script run is over and the charts are drawn."""
     tab.wait_for_selector('[data-testid="stAppViewContainer"]', timeout=RUN_TIMEOUT_MS)
-    tab.wait_for_timeout(500)
+    tab.wait_for_timeout(300)
     deadline = time.monotonic() + RUN_TIMEOUT_MS / 1000
-    while time.monotonic() < deadline:
+    quiet = 0
+    while time.monotonic() < deadline and quiet < 3:
         running = tab.locator('[data-testid="stStatusWidget"]').count()
         spinner = tab.locator('[data-testid="stSpinner"]').count()
-        if not running and not spinner:
-            break
-        tab.wait_for_timeout(300)
+        quiet = 0 if running or spinner else quiet + 1
+        tab.wait_for_timeout(150)
     tab.wait_for_selector(".js-plotly-plot .main-svg", timeout=RUN_TIMEOUT_MS)
-    tab.wait_for_timeout(800)  # plotly finishes laying out text
+    tab.wait_for_timeout(500)  # plotly finishes laying out text
+
+
+def main_text(tab) -> str:
+    return tab.locator('[data-testid="stMain"]').inner_text()
+
+
+def wait_text(tab, text: str) -> None:
+    tab.wait_for_function(
+        "t => document.querySelector('[data-testid=\"stMain\"]')?.innerText.includes(t)",
+        arg=text,
+        timeout=RUN_TIMEOUT_MS,
+    )
 
 
 def check_clean(tab, name: str) -> None:
-    tab.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    shoot(tab, name)
     assert tab.locator('[data-testid="stException"]').count() == 0, f"{name}: exception shown"
     errors = tab.locator('[data-testid="stAlertContentError"]')
     assert errors.count() == 0, f"{name}: error shown: {errors.all_inner_texts()}"
     assert tab.locator(".js-plotly-plot").count() >= 1, f"{name}: no chart"
 
 
-def test_every_page_renders(server, tab):
+def shoot(tab, name: str) -> None:
+    """Screenshot of the whole main area (Streamlit scrolls inside its own container)."""
+    main = tab.locator('[data-testid="stMain"]')
+    main.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+def chart_titles(tab) -> list[str]:
+    return [t.strip() for t in tab.locator(".js-plotly-plot .gtitle").all_text_contents()]
+
+
+def test_every_page_renders_with_titles_naming_model_and_cluster(server, tab):
     for path, title in PAGES.items():
         tab.goto(f"{server}/{path}{QUERY}")
         settle(tab)
+        if path == "sweep":
+            wait_text(tab, "TAPS plan regimes")  # the sweep has finished filling in
+            settle(tab)
         name = path or "plan"
         assert tab.locator("h1").first.inner_text().strip() == title, name
         check_clean(tab, name)
-        chart_titles = tab.locator(".js-plotly-plot .gtitle").all_text_contents()
-        assert all(t.strip() for t in chart_titles), f"{name}: an untitled chart"
+        titles = chart_titles(tab)
+        assert titles, name
+        for t in titles:  # the subtitle line names model, cluster, mode and batch
+            assert "gpt2" in t and "dgx-a100:2" in t and "training" in t and "batch 8" in t, t
 
 
-def test_changing_the_topology_replans_everywhere(server, tab):
-    tab.goto(f"{server}/topology{QUERY}")
-    settle(tab)
-    nodes = tab.locator('[data-testid="stSidebar"] input[aria-label="Nodes"]')
-    nodes.fill("4")
-    nodes.press("Enter")
+def test_sweep_shows_step_time_without_a_click(server, tab):
+    tab.goto(f"{server}/sweep?model=gpt2&topo=dgx-a100:2")
     tab.wait_for_function(
         "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
-        ".some(e => e.textContent.includes('dgx-a100:4'))",
+        ".some(e => e.textContent.includes('Step time vs inter-node bandwidth'))",
         timeout=RUN_TIMEOUT_MS,
     )
+    assert tab.get_by_role("button", name="Run the sweep").count() == 0
+    wait_text(tab, "①")  # the first plan change, located and explained in words
     settle(tab)
-    check_clean(tab, "topology-4-nodes")
-    assert re.search(r"topo=dgx-a100(%3A|:)4", tab.url), tab.url
-    # the session keeps the new cluster when moving to another page through the navigation
-    tab.locator('[data-testid="stSidebarNav"] a', has_text="Plan").first.click()
-    tab.wait_for_function(
-        "() => document.body.innerText.includes('dgx-a100:4')", timeout=RUN_TIMEOUT_MS
+    text = main_text(tab)
+    assert "GB/s per host" in text and "Because" in text
+    legend = " ".join(tab.locator(".js-plotly-plot .legendtext").all_text_contents())
+    assert "TAPS" in legend and "Megatron" in legend
+    shoot(tab, "sweep-explained")
+
+
+def _point_xy(tab, kind: str, *names: str) -> tuple[float, float]:
+    """Screen position of the drawing's point whose customdata is ``[kind, *names]``."""
+    xy = tab.evaluate(
+        """([kind, names]) => {
+          for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+            for (const tr of gd._fullData || []) {
+              if (!tr.customdata) continue;
+              for (let i = 0; i < tr.customdata.length; i++) {
+                const cd = tr.customdata[i];
+                if (cd[0] === kind && names.every((n, j) => cd[j + 1] === n)) {
+                  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+                  const r = gd.getBoundingClientRect();
+                  return [r.left + xa._offset + xa.l2p(tr.x[i]),
+                          r.top + ya._offset + ya.l2p(tr.y[i])];
+                }
+              }
+            }
+          }
+          return null;
+        }""",
+        [kind, list(names)],
     )
+    assert xy, f"no point {kind} {names} on the drawing"
+    return xy[0], xy[1]
+
+
+def _plan_words(tab, server: str, query: str) -> str:
+    tab.goto(f"{server}/{query}")
     settle(tab)
-    check_clean(tab, "plan-4-nodes")
-    assert "dgx-a100:4" in tab.locator('[data-testid="stMain"]').inner_text()
+    return tab.locator("p", has_text="Plan:").first.inner_text()
 
 
-def test_downloads_report_png_and_svg(server, tab):
+def test_selecting_a_link_on_the_drawing_and_changing_its_bandwidth_replans(server, tab):
+    query = "?model=gpt2&topo=dgx-a100:2"  # batch 32: the hosts split the batch
+    before = _plan_words(tab, server, query)
+    tab.goto(f"{server}/topology{query}")
+    settle(tab)
+    x, y = _point_xy(tab, "link", "n0.nic0", "net")
+    tab.mouse.click(x, y)
+    wait_text(tab, "Link n0.nic0 – net")
+    field = tab.get_by_label("New bandwidth (GB/s each way)")
+    field.fill("0.05")
+    field.press("Enter")
+    tab.get_by_role("button", name="Apply").click()
+    wait_text(tab, "1 edit(s)")
+    settle(tab)
+    assert re.search(r"edits=n0\.nic0(~|%7E)net", tab.url), tab.url
+    shoot(tab, "topology-edited")
+    legend = " ".join(tab.locator(".js-plotly-plot .legendtext").all_text_contents())
+    assert "edited link" in legend
+    tab.locator('[data-testid="stSidebarNav"] a', has_text="Plan").first.click()
+    wait_text(tab, "Why this plan")
+    settle(tab)
+    after = tab.locator("p", has_text="Plan:").first.inner_text()
+    assert after != before, "a 0.05 GB/s NIC changes the plan"
+    assert "Against the unedited dgx-a100:2" in main_text(tab)
+
+
+def test_lower_the_network_the_plan_changes_here_is_why(server, tab):
+    """The teacher's three clicks from the landing page: the network slider, then the sweep."""
+    tab.goto(f"{server}/?model=gpt2&topo=dgx-a100:2")
+    settle(tab)
+    before = tab.locator("p", has_text="Plan:").first.inner_text()
+    slider = tab.locator('[data-testid="stSidebar"] [data-testid="stSlider"] input').first
+    slider.focus()  # click 1: the network slider, all the way down
+    slider.press("Home")
+    wait_text(tab, "Against the unedited dgx-a100:2")
+    settle(tab)
+    text = main_text(tab)
+    assert tab.locator("p", has_text="Plan:").first.inner_text() != before
+    assert "repeats the same work" in text and "Why this plan" in text
+    assert re.search(r"net=0\.5", tab.url), tab.url
+    shoot(tab, "plan-slow-network")
+    # click 2: the sweep shows where the change happens, without another click
+    tab.locator('[data-testid="stSidebarNav"] a', has_text="Bandwidth sweep").first.click()
+    wait_text(tab, "①")
+    settle(tab)
+    shoot(tab, "sweep-slow-network")
+
+
+def test_review_pack_and_chart_exports(server, tab):
     tab.goto(f"{server}/{QUERY}")
     settle(tab)
     with tab.expect_download(timeout=RUN_TIMEOUT_MS) as dl:
-        tab.get_by_role("button", name="HTML report (self-contained)").click()
-    report = ARTIFACTS / "report.html"
-    dl.value.save_as(report)
-    text = report.read_text()
-    assert text.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in text
-    assert not re.search(r"<script[^>]+src=", text), "the report must not load scripts"
+        tab.get_by_role("button", name="Review pack (zip)").click()
+    assert dl.value.suggested_filename == "gpt2_dgx-a100-2_train_review-pack.zip"
+    pack = ARTIFACTS / dl.value.suggested_filename
+    dl.value.save_as(pack)
+    names = set(zipfile.ZipFile(pack).namelist())
+    for part in ("memory", "graph", "topology"):
+        assert {f"gpt2_dgx-a100-2_train_{part}.svg", f"gpt2_dgx-a100-2_train_{part}.png"} <= names
+    assert {"gpt2_dgx-a100-2_train_report.html", "gpt2_dgx-a100-2_train_plan.json"} <= names
+    url = zipfile.ZipFile(pack).read("URL.txt").decode()
+    assert "model=gpt2" in url and "topo=dgx-a100" in url
+    report = zipfile.ZipFile(pack).read("gpt2_dgx-a100-2_train_report.html").decode()
+    assert report.startswith("<!DOCTYPE html>") and "Plotly.newPlot" in report
+    assert not re.search(r"<script[^>]+src=", report), "the report must not load scripts"
     chart = tab.locator(".js-plotly-plot").first
     for fmt in ("png", "svg"):
         if fmt == "svg":
@@ -197,7 +305,7 @@ def test_downloads_report_png_and_svg(server, tab):
         chart.hover()
         with tab.expect_download(timeout=RUN_TIMEOUT_MS) as dl:
             chart.locator('.modebar-btn[data-title^="Download plot"]').click(force=True)
-        assert dl.value.suggested_filename == f"taps-memory.{fmt}"
+        assert dl.value.suggested_filename == f"gpt2_dgx-a100-2_train_memory.{fmt}"
         path = ARTIFACTS / dl.value.suggested_filename
         dl.value.save_as(path)
         head = path.read_bytes()[:200]
