@@ -483,14 +483,15 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
                 row=row,
                 col=1,
             )
-        fig.add_annotation(
+        fig.add_annotation(  # inside the top plot, under its subplot title
             x=math.log10(math.sqrt(lo * hi)),
             y=1.0,
             xref="x",
-            yref="paper",
-            yanchor="bottom",
+            yref="y domain",
+            yanchor="top",
             text=f"<b>{mark}</b>",
             showarrow=False,
+            bgcolor="white",
             font=dict(size=15, color="#111827"),
         )
     if current_Bps:  # dotted line; its label at the bottom, away from legend and marks

@@ -39,6 +39,7 @@ DEVICE_NAME = {
 TRAFFIC_SCALE = "YlOrRd"
 EDITED_COLOR = "#D55E00"  # Okabe-Ito vermillion: edited and cut links
 MAX_LABELS = 150
+SWITCHES = ("nvswitch", "pcie_switch", "network_switch")
 TRAFFIC_BINS = 8
 
 
@@ -133,6 +134,7 @@ def topology_figure(
                 f"{k.src}→{k.dst}: {fmt_bytes(k.bytes)}, busy {fmt_seconds(k.busy_time_s)}"
             )
     busiest = max((v[1] for v in traffic.values()), default=0.0)
+    kinds = {d.name: d.kind for d in topology.devices}
     segs: dict[object, tuple[list, list]] = {}
     mids: list[dict] = []
     for link in topology.links:
@@ -156,10 +158,16 @@ def topology_figure(
         )
         if t is not None:
             info += "<br>" + "<br>".join(t[2])
+        # the label sits near the spread-out end: links fan into a switch, midpoints crowd
+        t_ = 0.5
+        if kinds.get(link.dst) in SWITCHES and kinds.get(link.src) not in SWITCHES:
+            t_ = 0.22
+        elif kinds.get(link.src) in SWITCHES and kinds.get(link.dst) not in SWITCHES:
+            t_ = 0.78
         mids.append(
             dict(
-                x=(x0 + x1) / 2,
-                y=(y0 + y1) / 2,
+                x=x0 + t_ * (x1 - x0),
+                y=y0 + t_ * (y1 - y0),
                 busy=t[1] if t else 0.0,
                 info=info,
                 label=f"{link.bandwidth_Bps / 1e9:.3g}",
@@ -238,7 +246,9 @@ def topology_figure(
             hoverinfo="text",
         )
     if selected:
-        at = _selected_xy(selected, pos)
+        spot = {tuple(m["data"][1:]): (m["x"], m["y"]) for m in mids}
+        at = spot.get(tuple(selected[1:])) if selected[0] == "link" else None
+        at = at or _selected_xy(selected, pos)
         if at is not None:
             fig.add_scatter(
                 x=[at[0]],

@@ -261,7 +261,7 @@ def titled(fig: go.Figure, ctx: Context | None = None) -> go.Figure:
         fig.update_layout(
             title_text=f"{title}<br><span style='font-size:13px;color:#4b5563'>{ctx.tag}</span>"
         )
-        fig.update_layout(margin_t=max(fig.layout.margin.t or 0, 100))
+        fig.update_layout(margin_t=max(fig.layout.margin.t or 0, 125))
     return fig
 
 
