@@ -52,7 +52,15 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "gradients": plan.memory.gradients,
                 "optimizer": plan.memory.optimizer,
                 "activations": plan.memory.activations,
+                "kv_cache": plan.memory.kv_cache,
             },
+            "volume_comm_time_s": plan.volume_comm_time_s,
+        },
+        "levers": {
+            "microbatches": plan.microbatches,
+            "flash_attention": plan.flash_attention,
+            "recomputed_layers": plan.recomputed_layers,
+            "zero_stages": sorted({op.zero for op in plan.ops}),
         },
         "ops": [
             {
@@ -61,6 +69,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "layer": op.layer,
                 "strategy": strategy_to_json(op.strategy),
                 "sharding": sharding_class(op),
+                "zero_stage": op.zero,
+                "recompute": op.recompute,
                 "compute_time_s": op.compute_s,
                 "comm_time_s": op.comm_time_s,
                 "comm_bytes": op.comm_bytes,
@@ -104,8 +114,12 @@ def compare_to_json(plans: dict[str, Plan | NotFitting]) -> dict[str, Any]:
     }
 
 
-def strategy_to_json(s: Strategy) -> dict[str, dict[str, int]]:
-    return {"inter": dict(s.inter), "intra": dict(s.intra)}
+def strategy_to_json(s: Strategy) -> dict[str, object]:
+    """Splits per level; ``partial`` when the op hands on its partial sums (reduce-scatter)."""
+    out: dict[str, object] = {"inter": dict(s.inter), "intra": dict(s.intra)}
+    if s.defer:
+        out["partial"] = True
+    return out
 
 
 SHARDING_CLASSES = ("replicated", "data parallel", "column", "row", "2-D", "expert", "sequence")
@@ -143,13 +157,30 @@ def strategy_words(s: Strategy) -> str:
 
 
 def describe(plan: Plan) -> str:
-    """The plan in words: the strategies that carry most of the compute."""
+    """The plan in words: the strategies that carry most of the compute, then the levers."""
     weight: Counter[str] = Counter()
     for op in plan.ops:
         weight[strategy_words(op.strategy)] += op.compute_s
     total = sum(weight.values()) or 1.0
     top = [f"{words} ({100 * w / total:.0f}% of compute)" for words, w in weight.most_common(2)]
-    return "; ".join(top)
+    return "; ".join(top + levers_words(plan))
+
+
+def levers_words(plan: Plan) -> list[str]:
+    """The memory levers a plan pulls, in words (empty when it pulls none)."""
+    out = []
+    layers = len({op.layer for op in plan.ops if op.layer is not None})
+    if plan.recomputed_layers:
+        out.append(f"recomputes {plan.recomputed_layers} of {layers} layers")
+    stages = Counter(op.zero for op in plan.ops if op.zero)
+    if stages:
+        stage = max(stages, key=lambda z: (stages[z], z))
+        out.append(f"ZeRO-{stage} sharded optimizer state" + (
+            ", gradients and parameters" if stage == 3 else (
+                " and gradients" if stage == 2 else "")))
+    if plan.microbatches > 1:
+        out.append(f"{plan.microbatches} micro-batches")
+    return out
 
 
 def links_csv(plan: Plan) -> str:
@@ -192,13 +223,15 @@ def plan_table(plan: Plan, *, max_ops: int = 40) -> str:
         f"{plan.search.num_strategies} strategies, {plan.search.status}",
         f"  plan: {describe(plan)}",
         "",
-        f"  {'op':<22} {'kind':<12} {'strategy':<30} {'compute':>10} {'comm':>10}",
+        f"  {'op':<22} {'kind':<12} {'strategy':<38} {'levers':<9} {'compute':>10} "
+        f"{'comm':>10}",
     ]
     shown = _collapse_layers(plan)
     for op, count in shown[:max_ops]:
         name = op.name if count == 1 else f"{op.name} (x{count})"
+        levers = (f"Z{op.zero}" if op.zero else "") + (" RC" if op.recompute else "")
         lines.append(
-            f"  {name:<22} {op.kind:<12} {op.strategy.label():<30} "
+            f"  {name:<22} {op.kind:<12} {op.strategy.label():<38} {levers.strip():<9} "
             f"{fmt_seconds(op.compute_s):>10} {fmt_seconds(op.comm_time_s):>10}"
         )
     if len(shown) > max_ops:
@@ -212,7 +245,10 @@ def _collapse_layers(plan: Plan) -> list[tuple[OpPlan, int]]:
     order: list[tuple[str, str]] = []
     for op in plan.ops:
         base = op.name.split(".", 1)[1] if op.layer is not None and "." in op.name else op.name
-        key = (base if op.layer is not None else op.name, op.strategy.label())
+        key = (
+            base if op.layer is not None else op.name,
+            f"{op.strategy.label()} {op.zero} {op.recompute}",
+        )
         if key not in seen:
             seen[key] = [op, 0]
             order.append(key)
