@@ -49,7 +49,9 @@ def main() -> None:
         topo = preset(f"{ss['topo']}:2")
         topo_json = dumps(topo)
         where = f"**{topo.name}** (your cluster has one host, so a second one is added here)"
-    size_gb = st.slider("Buffer to all-reduce (GB)", 0.01, 16.0, step=0.01, key="explain_gb")
+    size_gb = st.slider(
+        "Buffer to all-reduce (GB)", *state.RANGES["explain_gb"], step=0.01, key="explain_gb"
+    )
     cases = cache.explain(topo_json, size_gb * 1e9)
     if isinstance(cases, cache.Failure):
         st.info(f"The example needs two plans to exist on this cluster: {cases.message}")

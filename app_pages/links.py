@@ -40,12 +40,14 @@ def main() -> None:
         "Inter-node share of bytes",
         f"{100 * plan.inter_node_bytes / max(plan.comm_bytes, 1e-30):.0f}%",
     )
-    top = st.slider("Links shown per group (busiest first)", 4, 200, key="links_top")
-    tab_busy, tab_bytes = st.tabs(["Busy time", "Bytes"])
-    with tab_busy:
-        show_chart(link_bars_figure(br, metric="busy", top=top), "links_busy")
-    with tab_bytes:
-        show_chart(link_bars_figure(br, metric="bytes", top=top), "links_bytes")
+    top = st.slider(
+        "Links shown per group (busiest first)", *state.RANGES["links_top"], key="links_top"
+    )
+    metric_ = st.radio(
+        "Per link", ("busy", "bytes"), key="links_metric", horizontal=True,
+        format_func={"busy": "busy time", "bytes": "bytes"}.__getitem__,
+    )  # fmt: skip
+    show_chart(link_bars_figure(br, metric=metric_, top=top), f"links_{metric_}")
     st.caption(
         "Busy time = bytes over the link's effective bandwidth (peak x efficiency). The "
         "busiest link bounds how fast a collective can finish."

@@ -465,6 +465,7 @@ DEFAULTS: dict[str, Any] = {
     "cmp_baseline": "volume",
     "cmp_expand": False,
     "links_top": 24,
+    "links_metric": "busy",
     "sweep_lo": 1.0,
     "sweep_hi": 400.0,
     "sweep_points": 8,

@@ -286,8 +286,12 @@ def test_topology_upload_round_trip():
 
 def test_links_page_slider_limits_bars():
     at = app("links")
-    for words in ("Busy time per link", "Bytes per link", "GPU-to-GPU"):
+    for words in ("Busy time per link", "GPU-to-GPU"):
         chart(at, words)
+    at.radio(key="links_metric").set_value("bytes")
+    rerun(at)
+    chart(at, "Bytes per link")
+    at.radio(key="links_metric").set_value("busy")
     at.slider(key="links_top").set_value(4)
     rerun(at)
     busy = chart(at, "Busy time per link")
