@@ -129,6 +129,16 @@ def volume_vs_time(
 # ---- plans in words: replication, decisions, changes ------------------------------------------
 
 
+def op_choice_label(op: object) -> str:
+    """An op's whole choice as text: strategy, plus ZeRO stage and recomputation if any."""
+    text = op.strategy.label()  # type: ignore[attr-defined]
+    if getattr(op, "zero", 0):
+        text += f" zero{op.zero}"  # type: ignore[attr-defined]
+    if getattr(op, "recompute", False):
+        text += " recompute"
+    return text
+
+
 def layer_relative_names(ops: Sequence[Any]) -> dict[str, str]:
     """Op name without its layer's common dotted prefix (``L3.attn.q`` -> ``attn.q``).
 
@@ -342,7 +352,7 @@ def _indivisible(plan: Plan, graph: Any) -> str:
 def _diff(new: Plan, old: Plan, max_ops: int) -> tuple[str, list[str]]:
     """(what changes from ``old`` to ``new`` per level, why-clauses about ``new``)."""
     rel = layer_relative_names(new.ops)
-    changed = [(a, b) for a, b in zip(new.ops, old.ops) if a.strategy != b.strategy]
+    changed = [(a, b) for a, b in zip(new.ops, old.ops) if op_choice_label(a) != op_choice_label(b)]
     names = list(dict.fromkeys(rel[a.name] for a, _ in changed))
     share = sum(a.compute_s for a, _ in changed) / max(new.compute_time_s, 1e-30)
     moves = []
@@ -410,7 +420,7 @@ def edit_words(plan: Plan, unedited: Plan, *, unedited_here: Plan | None = None)
 
     ``unedited_here`` is the unedited cluster's plan costed on the edited cluster.
     """
-    if all(a.strategy == b.strategy for a, b in zip(plan.ops, unedited.ops)):
+    if all(op_choice_label(a) == op_choice_label(b) for a, b in zip(plan.ops, unedited.ops)):
         return (
             f"TAPS keeps the plan of the unedited {unedited.topology_name}: step "
             f"{fmt_seconds(plan.total_time_s)} here against {fmt_seconds(unedited.total_time_s)} "

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from taps_core.errors import InvalidInputError, TapsError, check_positive
-from taps_core.explain import change_words, replicated_share
+from taps_core.explain import change_words, op_choice_label, replicated_share
 from taps_core.graph import OpGraph
 from taps_core.plan import Plan
 from taps_core.planner import BASELINES, NotFitting, compare, search
@@ -124,16 +124,20 @@ def reprice(plan: Plan, graph: OpGraph, topology: Topology) -> Plan | None:
 
     if (plan.nodes, plan.gpus_per_node) != (topology.nodes, topology.gpus_per_node):
         return None
+    # per-op choices (strategy plus ZeRO stage and recomputation) where the engine has them
+    choice = getattr(plan, "choices", None) or plan.strategies
+    extra = {"microbatches": plan.microbatches} if hasattr(plan, "microbatches") else {}
     try:
         return evaluate(
             graph,
             LinkModel(topology),
             plan.mode,
-            plan.strategies,
+            choice,
             label=plan.label,
             cost_model=plan.cost_model,
             search=plan.search,
             memory_limit_bytes=plan.memory_limit_bytes,
+            **extra,
         )
     except (TypeError, AttributeError, KeyError, TapsError):
         return None
@@ -252,6 +256,10 @@ class Sweep:
 # ---- the run -----------------------------------------------------------------------------------
 
 
+def _labels(plan: Plan) -> tuple[str, ...]:
+    return tuple(op_choice_label(op) for op in plan.ops)
+
+
 def _priced(label: str, bw: float, plan: Plan | NotFitting, searched: bool) -> Priced:
     if isinstance(plan, NotFitting):
         return Priced(label, bw, None, None, None, None, (), "does not fit", reason=plan.reason)
@@ -262,7 +270,7 @@ def _priced(label: str, bw: float, plan: Plan | NotFitting, searched: bool) -> P
         plan.compute_time_s,
         plan.comm_time_s,
         plan.inter_node_bytes,
-        tuple(op.strategy.label() for op in plan.ops),
+        tuple(op_choice_label(op) for op in plan.ops),
         describe(plan),
         replicated_share(plan),
         searched=searched,
@@ -372,7 +380,7 @@ class SweepRun:
         a, b = self._plans[(label, left[-1])], self._plans[(label, right[0])]
         if isinstance(a, NotFitting) and isinstance(b, NotFitting):
             return replace(_priced(label, bw, a, False), searched=False)
-        if not (isinstance(a, Plan) and isinstance(b, Plan)) or a.strategies != b.strategies:
+        if not (isinstance(a, Plan) and isinstance(b, Plan)) or _labels(a) != _labels(b):
             return None
         plan = self._reprice(a, bw)
         return None if plan is None else _priced(label, bw, plan, False)
@@ -467,7 +475,9 @@ class SweepRun:
         if isinstance(below, Plan) and isinstance(above, Plan):
             above_at_a = self._reprice(above, a)
             words = change_words(below, above, a, b, above_at_low=above_at_a)
-            changed = sum(x.strategy != y.strategy for x, y in zip(below.ops, above.ops))
+            changed = sum(
+                op_choice_label(x) != op_choice_label(y) for x, y in zip(below.ops, above.ops)
+            )
         else:
             fits = "fits" if isinstance(below, Plan) else "does not fit"
             words = f"below {a / 1e9:.3g} GB/s per host TAPS {fits}; above {b / 1e9:.3g} it " + (

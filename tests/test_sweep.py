@@ -17,6 +17,7 @@ from taps_core.sweep import (
     coarse_to_fine,
     log_bandwidths,
     node_inter_bandwidth,
+    op_choice_label,
     reprice,
     scale_inter_bandwidth,
     sweep_inter_bandwidth,
@@ -75,13 +76,17 @@ def test_every_point_equals_a_direct_search_and_parts_add_up(gpt2):
         for label, plan in direct.items():  # warm-started baselines are exact here
             assert point.total_time_s[label] == pytest.approx(plan.total_time_s, rel=1e-9)
         taps = search(gpt2, scaled, mode="train")
-        assert point.plans["taps"].strategies == tuple(op.strategy.label() for op in taps.ops)
+        assert point.plans["taps"].strategies == tuple(op_choice_label(op) for op in taps.ops)
         for q in point.plans.values():
             assert q.total_time_s == pytest.approx(q.compute_time_s + q.comm_time_s)
         for label in ("volume", "megatron", "data_parallel"):
             assert point.total_time_s["taps"] <= point.total_time_s[label] + 1e-12
-    # baselines were searched at the two ends only
-    assert [p.plans["volume"].searched for p in sw.points] == [True, False, False, True]
+    # the volume plan never depends on bandwidth: searched at the two ends only, re-costed
+    # in between, with the same numbers
+    warm = sweep_inter_bandwidth(gpt2, topo, bws, mode="train", labels=("volume",), locate=False)
+    assert [p.plans["volume"].searched for p in warm.points] == [True, False, False, True]
+    for a, b in zip(warm.points, sw.points):
+        assert a.total_time_s["volume"] == pytest.approx(b.total_time_s["volume"], rel=1e-9)
 
 
 def test_changes_are_located_tightly_and_explained(gpt2):
