@@ -32,6 +32,7 @@ CHROMIUM = os.environ.get("TAPS_CHROMIUM", "/usr/lib/chromium/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"]
 QUERY = "?model=gpt2&topo=dgx-a100:2"
 FIRST_TARGET_S, RERUN_TARGET_S = 5.0, 1.0
+LOAD = os.getloadavg()
 CHART = ".js-plotly-plot .main-svg"
 
 
@@ -154,7 +155,8 @@ def report(res: dict[str, list[float]]) -> str:
             "Measured by `python -m benchmarks.dashboard_speed`: `streamlit run app.py` plus "
             "headless Debian chromium driven by Playwright, gpt2 training on dgx-a100:2 "
             f"(`{QUERY}`). Machine: {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"{time.strftime('%Y-%m-%d')}.",
+            f"{time.strftime('%Y-%m-%d')}; load average {LOAD[0]:.1f} at the start and "
+            f"{os.getloadavg()[0]:.1f} at the end (other processes share the cores).",
             "",
             "| what the user waits for | median (s) | worst (s) | runs | target | |",
             "|---|---|---|---|---|---|",
@@ -177,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not os.access(CHROMIUM, os.X_OK):
         raise SystemExit(f"chromium not found at {CHROMIUM} (apt-get install chromium)")
+    global LOAD
+    LOAD = os.getloadavg()
     port = free_port()
     log = ROOT / "test-artifacts" / "dashboard_speed.log"
     log.parent.mkdir(exist_ok=True)
