@@ -14,9 +14,13 @@ repeated squaring (a front product per squaring), as the plain DP does with min-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import Bounds as VarBounds
+from scipy.optimize import LinearConstraint, milp
+from scipy.sparse import coo_matrix
 
 from taps_core.layered import Assignment, Chain, find_chain, solve_problem, variants
 from taps_core.search_problem import SearchProblem
@@ -26,6 +30,7 @@ from taps_core.solver.fronts import FrontTable, Rules
 DUAL_STEPS = 12
 RC_BLOCK = "__rc__"
 RC_TOP = "__rc_top__"
+CUT_ROUNDS = 30  # integer programs re-solved with connectivity cuts before giving up
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,9 @@ def build_schedule(problem: SearchProblem) -> tuple[fronts.Schedule, Chain | Non
     last = chain.exits[-1]
     middle = {n for lay in chain.layers[1:] for n in lay}
     top_nodes = (all_nodes - middle) | {last}
-    sched.final = part(top_nodes, (), RC_TOP, [(entry, last, stack)])
+    top = part(top_nodes, (entry, last), RC_TOP)
+    sched.final = sched.step("join", (top, stack), ())
+    sched.marks = {"block": block, "top": top}
     return sched, chain
 
 
@@ -195,9 +202,13 @@ class FrontSearch:
             problem, limit, lam, sched, chain, least, fronts.backward_outsides(sched, values)
         )
 
-    def run(self, best_time: float) -> Assignment | None:
+    def run(self, best_time: float, *, squaring: bool = False) -> Assignment | None:
         """The fastest plan within the limit among those no slower than ``best_time`` (None if
-        none). Raises :class:`~taps_core.solver.fronts.TruncatedError` past the budget."""
+        none). Raises :class:`~taps_core.solver.fronts.TruncatedError` past the budget.
+
+        A chain of layers is solved by an integer program over layer counts; ``squaring``
+        composes the layers' fronts by repeated squaring instead (exact too, but fronts of
+        mixed layers grow fast: a cross-check for small problems)."""
         problem, limit = self.problem, self.limit
         floors = sum(problem.min_memory(n) for n in problem.option_time)
         rules = Rules(self.lam, best_time + self.lam * limit, limit, floors)
@@ -217,9 +228,22 @@ class FrontSearch:
                 tables[i] = fronts.matrix_front(e.recompute if spec[2] else e.keep, rules, out)
             else:
                 tables[i] = fronts.constant_front()
-        final = fronts.forward_fronts(self.schedule, tables, self.outsides, rules)
-        point = fronts.pick(final, limit)
-        return None if point is None else _assignment(problem, final, point, self.chain)
+        if self.chain is None or squaring:
+            final = fronts.forward_fronts(self.schedule, tables, self.outsides, rules)[
+                self.schedule.final
+            ]
+            point = fronts.pick(final, limit)
+            if point is None:
+                return None
+            found = [fronts.recover(final, point)]
+            return _assignment(problem, found, self.chain, final.t[point])
+        marks = self.schedule.marks
+        made = fronts.forward_fronts(
+            self.schedule, tables, self.outsides, rules, (marks["block"], marks["top"])
+        )
+        return chain_ilp(
+            problem, self.chain, made[marks["block"]], made[marks["top"]], limit, best_time
+        )
 
 
 def exact_fronts(problem: SearchProblem, limit: float, bounds: Bounds) -> Assignment | None:
@@ -229,11 +253,181 @@ def exact_fronts(problem: SearchProblem, limit: float, bounds: Bounds) -> Assign
     return FrontSearch.prepare(problem, limit, bounds.lam).run(bounds.best_time)
 
 
+def chain_ilp(
+    problem: SearchProblem,
+    chain: Chain,
+    block: FrontTable,
+    top: FrontTable,
+    limit: float,
+    best_time: float,
+) -> Assignment | None:
+    """The fastest plan from the layer's and the rest's fronts: how many layers take each
+    (entry layout, exit layout, time, memory) point of the layer, and which point of the rest,
+    as an integer program (scipy HiGHS). Layer boundaries must chain from the rest's entry to
+    its exit (flow conservation); the layers then form one path, checked before answering."""
+    repeats = len(chain.layers) - 1
+    states = block.shape[0]
+    na, nq = len(block.t), len(top.t)
+    if na == 0 or nq == 0:
+        return None
+    a_p, c_p = np.divmod(block.cell, block.shape[1])
+    a_q, c_q = np.divmod(top.cell, top.shape[1])
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    n_rows = 0
+
+    def row_block(r: np.ndarray, c: np.ndarray, v: np.ndarray) -> None:
+        rows.append(r)
+        cols.append(c)
+        vals.append(v)
+
+    # flow: layers leaving a state - entering it = rest's entry there - rest's exit there
+    row_block(a_p, np.arange(na), np.ones(na))
+    row_block(c_p, np.arange(na), -np.ones(na))
+    row_block(a_q, na + np.arange(nq), -np.ones(nq))
+    row_block(c_q, na + np.arange(nq), np.ones(nq))
+    lo += [0.0] * states
+    hi += [0.0] * states
+    n_rows = states
+    # as many layers as the chain has, one point of the rest, memory within the limit
+    row_block(np.full(na, n_rows), np.arange(na), np.ones(na))
+    row_block(np.full(nq, n_rows + 1), na + np.arange(nq), np.ones(nq))
+    row_block(np.full(na, n_rows + 2), np.arange(na), block.m)
+    row_block(np.full(nq, n_rows + 2), na + np.arange(nq), top.m)
+    lo += [repeats, 1.0, -np.inf]
+    hi += [repeats, 1.0, limit]
+    n_rows += 3
+    # layers looping at one state need the path to reach it: enter it or start there
+    loops = a_p == c_p
+    for st_ in np.unique(a_p[loops]):
+        _enter_cut(row_block, n_rows, {int(st_)}, a_p, c_p, a_q, na, nq, repeats)
+        lo.append(0.0)
+        hi.append(np.inf)
+        n_rows += 1
+    cost = np.concatenate([block.t, top.t])
+    scale = 1e6 / max(float(np.abs(cost).max(initial=0.0)), 1e-300)
+    bounds = VarBounds(0, np.concatenate([np.full(na, repeats), np.ones(nq)]))
+    for _ in range(CUT_ROUNDS):
+        matrix = coo_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+            shape=(n_rows, na + nq),
+        ).tocsr()
+        res = milp(
+            cost * scale,
+            constraints=LinearConstraint(matrix, lo, hi),
+            integrality=np.ones(na + nq),
+            bounds=bounds,
+            options={"mip_rel_gap": 1e-12},
+        )
+        if res.x is None or res.status != 0:
+            return None
+        counts = np.rint(res.x[:na]).astype(int)
+        q = int(np.argmax(res.x[na:]))
+        start = int(a_q[q])
+        path = _euler_path(a_p, c_p, counts, start, int(c_q[q]), repeats)
+        if path is not None:
+            break
+        # a group of layers cycling apart from the path: the path must enter that group
+        for comp in _stray_components(a_p, c_p, counts, start):
+            _enter_cut(row_block, n_rows, comp, a_p, c_p, a_q, na, nq, repeats)
+            lo.append(0.0)
+            hi.append(np.inf)
+            n_rows += 1
+    else:
+        raise fronts.TruncatedError("the layer counts did not form one chain of layers")
+    found = [fronts.recover(top, q)]
+    for i, p in enumerate(path):
+        found.append({(k, off + i): v for (k, off), v in fronts.recover(block, p).items()})
+    total = float(cost[:na] @ counts + top.t[q])
+    return _assignment(problem, found, chain, total)
+
+
+def _enter_cut(
+    row_block: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
+    row: int,
+    group: set[int],
+    a_p: np.ndarray,
+    c_p: np.ndarray,
+    a_q: np.ndarray,
+    na: int,
+    nq: int,
+    repeats: int,
+) -> None:
+    """``repeats * (layers entering the group + rest starting in it) >= layers inside it``."""
+    inside_a = np.isin(a_p, list(group))
+    inside_c = np.isin(c_p, list(group))
+    enter = np.flatnonzero(~inside_a & inside_c)
+    within = np.flatnonzero(inside_a & inside_c)
+    starts = np.flatnonzero(np.isin(a_q, list(group)))
+    row_block(np.full(len(enter), row), enter, np.full(len(enter), float(repeats)))
+    row_block(np.full(len(within), row), within, -np.ones(len(within)))
+    row_block(np.full(len(starts), row), na + starts, np.full(len(starts), float(repeats)))
+
+
+def _stray_components(
+    a: np.ndarray, c: np.ndarray, counts: np.ndarray, start: int
+) -> list[set[int]]:
+    """Groups of states joined by used layers that the start state does not reach."""
+    parent: dict[int, int] = {}
+
+    def find(x: int) -> int:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    find(start)
+    for p in np.flatnonzero(counts):
+        ra, rc = find(int(a[p])), find(int(c[p]))
+        if ra != rc:
+            parent[ra] = rc
+    groups: dict[int, set[int]] = {}
+    for x in list(parent):
+        groups.setdefault(find(x), set()).add(x)
+    home = find(start)
+    return [g for r, g in groups.items() if r != home]
+
+
+def _euler_path(
+    a: np.ndarray, c: np.ndarray, counts: np.ndarray, start: int, end: int, length: int
+) -> list[int] | None:
+    """Order the used layer points into one path of boundary states from ``start`` to ``end``
+    (Hierholzer's algorithm on the multigraph of points), or None if they do not connect."""
+    out: dict[int, list[int]] = {}
+    for p in np.flatnonzero(counts):
+        out.setdefault(int(a[p]), []).extend([int(p)] * int(counts[p]))
+    for v in out.values():
+        v.reverse()
+    stack: list[tuple[int, int | None]] = [(start, None)]
+    order: list[int] = []
+    while stack:
+        v, via = stack[-1]
+        if out.get(v):
+            p = out[v].pop()
+            stack.append((int(c[p]), p))
+        else:
+            stack.pop()
+            if via is not None:
+                order.append(via)
+    order.reverse()
+    if len(order) != length or (order and int(c[order[-1]]) != end) or (
+        not order and start != end
+    ):
+        return None
+    return order
+
+
 def _assignment(
-    problem: SearchProblem, final: FrontTable, point: int, chain: Chain | None
+    problem: SearchProblem,
+    found_parts: list[dict[tuple[str, int], int]],
+    chain: Chain | None,
+    cost: float,
 ) -> Assignment:
-    """Map a recovered point back to every node (layer offsets resolved through the chain)."""
-    found = fronts.recover(final, point)
+    """Map recovered values back to every node (layer offsets resolved through the chain)."""
     first = chain.layers[1] if chain is not None else ()
     index = {n: i for i, n in enumerate(first)}
 
@@ -248,21 +442,22 @@ def _assignment(
     options: dict[str, int] = {}
     recompute: dict[int, bool] = {}
     top_rc = False
-    for (key, off), value in found.items():
-        if key == RC_TOP:
-            top_rc = bool(value)
-        elif key == RC_BLOCK:
-            lay = problem.layer[chain.layers[1 + off][0]] if chain is not None else None
-            if lay is not None:
-                recompute[lay] = bool(value)
-        elif key.startswith("opt:"):
-            name = real(key[4:], off)
-            if name is not None:
-                options[name] = value
-        else:
-            name = real(key, off)
-            if name is not None:
-                strategies[name] = value
+    for found in found_parts:
+        for (key, off), value in found.items():
+            if key == RC_TOP:
+                top_rc = bool(value)
+            elif key == RC_BLOCK:
+                lay = problem.layer[chain.layers[1 + off][0]] if chain is not None else None
+                if lay is not None:
+                    recompute[lay] = bool(value)
+            elif key.startswith("opt:"):
+                name = real(key[4:], off)
+                if name is not None:
+                    options[name] = value
+            else:
+                name = real(key, off)
+                if name is not None:
+                    strategies[name] = value
     middle = _middle(chain) if chain is not None else set()
     for n, lay in problem.layer.items():
         if lay is not None and lay not in recompute and n not in middle:
@@ -270,14 +465,13 @@ def _assignment(
     missing = set(problem.option_time) - set(strategies)
     if missing:
         raise RuntimeError(f"front recovery lost nodes: {sorted(missing)[:5]}")
-    cost = float(final.t[point])
     ordered = {n: strategies[n] for n in problem.option_time}
     return Assignment(
         ordered,
         {n: options.get(n, 0) for n in problem.option_time},
         recompute,
-        cost,
-        {"layered": chain is not None, "fronts": True, "front_points": len(final.t)},
+        float(cost),
+        {"layered": chain is not None, "fronts": True},
     )
 
 

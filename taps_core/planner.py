@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from taps_core.collectives import CommCost, TopologyCost, VolumeCost
-from taps_core.constrained import Bounds, FrontSearch, dual_bounds, evaluate_at
+from taps_core.constrained import Bounds, FrontSearch, dual_bounds, evaluate_at, memory_of
 from taps_core.costs import MODES
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.graph import OpGraph, OpSpec
@@ -162,7 +162,7 @@ def search(
     comm: CommCost = TopologyCost(links) if cost_model == "topology" else VolumeCost()
     start = time.perf_counter()
     problem = build_problem(graph, topology, mode, comm, space=space, allow=allow)
-    sol, info = _fit_memory(problem, limit, mode)
+    problem, sol, info = _best_zero_stage(problem, limit, mode)
     info = SearchInfo(
         info.algorithm,
         time.perf_counter() - start,
@@ -182,6 +182,61 @@ def search(
         cost_model=cost_model,
         search=info,
         memory_limit_bytes=limit,
+    )
+
+
+def useful_zero_stages(mode: str, microbatches: int = 1) -> tuple[int, ...]:
+    """ZeRO stages that can win, in order of time. With one micro-batch, stages 0 and 1 move
+    the same bytes as stage 2 and hold more, so stage 2 dominates them; with gradient
+    accumulation stage 1 reduces once per step where stage 2 reduce-scatters per micro-batch.
+    In inference, weights are either held (0) or sharded and gathered before use (3)."""
+    if mode != "train":
+        return (0, 3)
+    return (2, 3) if microbatches == 1 else (1, 2, 3)
+
+
+def _best_zero_stage(
+    problem: SearchProblem, limit: float, mode: str
+) -> tuple[SearchProblem, Assignment, SearchInfo]:
+    """The fastest fitting plan over the plan-wide ZeRO stages (each searched exactly).
+
+    A later stage never runs faster than an earlier one with the same shardings, so once an
+    unconstrained optimum fits, the later stages are skipped."""
+    found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
+    error: InfeasibleError | None = None
+    for zero in useful_zero_stages(mode, problem.microbatches):
+        sub = problem.restricted(zero)
+        try:
+            sol, info = _fit_memory(sub, limit, mode)
+        except InfeasibleError as err:
+            error = err
+            continue
+        found.append((sub, sol, info, sol.cost))
+        if info.status == "optimal" and not info.memory_weight and not info.note:
+            break  # the unconstrained optimum fits: no later stage is faster
+    if not found:
+        assert error is not None
+        raise error
+    best = min(found, key=lambda x: (x[3], memory_of(x[0], x[1])))
+    lower = min(
+        (x[2].lower_bound_s if x[2].lower_bound_s is not None else x[3]) for x in found
+    )
+    sub, sol, info, cost = best
+    proven = all(x[2].status == "optimal" for x in found) and cost <= lower * (1 + 1e-9)
+    note = info.note
+    if len(found) > 1:
+        note = (note + "; " if note else "") + (
+            f"ZeRO stage {sub.option_zero[next(iter(sub.members))][0]} fastest of "
+            f"{', '.join(str(x[0].option_zero[next(iter(x[0].members))][0]) for x in found)}"
+        )
+    return sub, sol, SearchInfo(
+        info.algorithm,
+        sum(x[2].time_s for x in found),
+        info.num_strategies,
+        "optimal" if proven else "feasible",
+        info.memory_weight,
+        min(lower, cost),
+        note,
     )
 
 

@@ -128,6 +128,32 @@ class SearchProblem:
         choice = tie.argmin(axis=1)
         return best, choice
 
+    def restricted(self, zero: int) -> SearchProblem:
+        """The same problem with one ZeRO stage for every op (the plan-wide setting, as in
+        DeepSpeed or Megatron's distributed optimizer): one option column per node. Ops whose
+        weights have no data-parallel group to shard over keep stage 0 (ZeRO does nothing)."""
+        times: dict[str, dict[bool, np.ndarray]] = {}
+        mems: dict[str, dict[bool, np.ndarray]] = {}
+        zeros: dict[str, tuple[int, ...]] = {}
+        for n, stages in self.option_zero.items():
+            col = stages.index(zero) if zero in stages else None
+            times[n], mems[n] = {}, {}
+            for rc in (False, True):
+                t, m = self.option_time[n][rc], self.option_memory[n][rc]
+                if col is None:
+                    tt, mm = t[:, :1], m[:, :1]
+                else:
+                    ok = np.isfinite(t[:, col])
+                    tt = np.where(ok, t[:, col], t[:, 0])[:, None]
+                    mm = np.where(ok, m[:, col], m[:, 0])[:, None]
+                times[n][rc], mems[n][rc] = tt, mm
+            zeros[n] = (zero if col is not None else 0,)
+        return SearchProblem(
+            self.graph, self.topology, self.mesh, self.mode, self.microbatches,
+            self.strategies, self.members, self.layouts, times, mems, zeros, self.edges,
+            self.layer, self.op_costs,
+        )
+
     def min_memory(self, node: str) -> float:
         """Least memory this node can hold under any strategy, option and variant (bytes)."""
         return float(min(np.min(m) for m in self.option_memory[node].values()))

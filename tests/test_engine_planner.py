@@ -3,6 +3,7 @@ textbook plans, prices Megatron exactly, and keeps every planner on the same exa
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import numpy as np
@@ -22,6 +23,7 @@ from taps_core.planner import (
     megatron_filter,
     reduction,
     search,
+    useful_zero_stages,
 )
 from taps_core.presets import preset
 from taps_core.search_problem import build_problem, expanded_problem
@@ -52,11 +54,13 @@ def test_dp_equals_ilp_on_model_problems(model, topo, mode):
 
 
 def _ilp_under_limit(problem, limit):
-    """The exact constrained optimum: an ILP over (strategy, option) pairs with the memory
-    constraint, for each recomputation variant (one flag for every layer here)."""
+    """The exact constrained optimum: an ILP with the memory constraint for each plan-wide
+    ZeRO stage and recomputation variant (one flag for every layer here)."""
     best = np.inf
-    for rc in (False, True) if problem.mode == "train" else (False,):
-        cg, mem = expanded_problem(problem, rc)
+    for zero, rc in itertools.product(
+        useful_zero_stages(problem.mode), (False, True) if problem.mode == "train" else (False,)
+    ):
+        cg, mem = expanded_problem(problem.restricted(zero), rc)
         try:
             sol = ilp(cg, node_weights=mem, weight_limit=limit)
         except ValueError:
@@ -249,3 +253,34 @@ def test_wider_space_never_worse_and_narrower_never_better(mlp, dgx1):
     assert wide.total_time_s <= default.total_time_s * (1 + 1e-12)
     assert narrow.total_time_s >= default.total_time_s * (1 - 1e-12)
     assert wide.search.num_strategies > default.search.num_strategies
+
+
+@pytest.mark.parametrize("topo, frac", [("pcie:1", 0.3), ("pcie:1", 0.6)])
+def test_chain_integer_program_equals_front_squaring(topo, frac):
+    # two exact ways to combine identical layers under a memory limit (per-layer
+    # recomputation): counts of layer points in an integer program, and fronts squared
+    from taps_core.constrained import FrontSearch, dual_bounds
+
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=4, seq_length=64)
+    problem = _problem(graph, preset(topo)).restricted(2)
+    fast, lean = evaluate_at(problem, 0.0), evaluate_at(problem, LEANEST_WEIGHT)
+    limit = lean[2] + frac * (fast[2] - lean[2])
+    bounds = dual_bounds(problem, limit, fast, lean)
+    fs = FrontSearch.prepare(problem, limit, bounds.lam)
+    by_ilp = fs.run(bounds.best_time)
+    by_squaring = fs.run(bounds.best_time, squaring=True)
+    assert by_ilp is not None and by_squaring is not None
+    assert by_ilp.cost == pytest.approx(by_squaring.cost, rel=1e-9)
+    assert memory_of(problem, by_ilp) <= limit * (1 + 1e-9)
+    assert by_ilp.cost <= bounds.best_time * (1 + 1e-12)
+
+
+def test_chain_of_layers_equals_ilp_in_inference(dgx1):
+    graph = _graph("gpt2", num_hidden_layers=3, batch_size=4, seq_length=64)
+    problem = _problem(graph, preset("pcie:1"), "infer")
+    fast, lean = evaluate_at(problem, 0.0), evaluate_at(problem, LEANEST_WEIGHT)
+    assert find_chain(problem) is not None
+    limit = lean[2] + 0.4 * (fast[2] - lean[2])
+    plan = search(graph, preset("pcie:1"), mode="infer", memory_limit_bytes=limit)
+    assert plan.search.status == "optimal"
+    assert plan.total_time_s == pytest.approx(_ilp_under_limit(problem, limit), rel=1e-7)

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from taps_core.solver.series import min_plus
+
 Scope = tuple[int, ...]
 SIZE_CAP = 1 << 62  # products of strategy counts are capped here (compared, never allocated)
 BLOCK_ELEMENTS = 1 << 22  # numbers summed per vectorised step of one elimination (32 MiB)
@@ -212,6 +214,19 @@ def _minimise(
     The sum over ``new + (v,)`` is built in blocks of v's strategies so that temporaries stay
     within ``BLOCK_ELEMENTS`` numbers however large the step is.
     """
+    k = p.domains[v]
+    unary_v = p.unary[v]
+    if len(new) == 1 and len(tables) == 1:  # a leaf: fold into the neighbour
+        scope, t = tables[0]
+        val = (t if scope[1] == v else t.T) + unary_v[None, :]  # [u, v]
+        pick = val.argmin(axis=1)
+        return val[np.arange(len(pick)), pick], pick.astype(index_dtype(k))
+    if len(new) == 2 and len(tables) == 2 and all(len(sc) == 2 for sc, _ in tables):
+        # series: u - v - w becomes one edge u - w (a min-plus product)
+        sides = {}
+        for scope, t in tables:
+            sides[scope[1] if scope[0] == v else scope[0]] = t if scope[0] == v else t.T
+        return min_plus(sides[new[0]].T, unary_v, sides[new[1]])  # [u, w]
     axes = (*new, v)
     where = {u: i for i, u in enumerate(axes)}
     shape = [p.domains[u] for u in axes]
@@ -221,12 +236,11 @@ def _minimise(
         view = np.transpose(t, perm)
         present = {where[u] for u in scope}
         parts.append(view.reshape([shape[i] if i in present else 1 for i in range(len(axes))]))
-    k = p.domains[v]
     out_size = math.prod(shape[:-1])
     block = max(1, BLOCK_ELEMENTS // max(out_size, 1))
     best = np.full(shape[:-1], np.inf)
     arg = np.zeros(shape[:-1], dtype=index_dtype(k))
-    unary = p.unary[v].reshape([1] * len(new) + [k])
+    unary = unary_v.reshape([1] * len(new) + [k])
     for lo in range(0, k, block):
         hi = min(k, lo + block)
         acc = np.broadcast_to(unary[..., lo:hi], [*shape[:-1], hi - lo]).copy()

@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taps_core.solver.elimination import min_plus
-
 GAP_TOLERANCE = 1e-9  # relative slack on the Lagrangian rule, against float round-off
 MAX_POINTS = 60_000_000  # a step with more point combinations gives up (result unproven)
 CHUNK_POINTS = 2_000_000  # combinations expanded and pruned at once
@@ -53,7 +51,8 @@ class Step:
 
     kinds: ``transpose`` (args: x), ``add`` (x, y), ``leaf`` (node u, node v, edge u->v),
     ``series`` (edge u->v, node v or -1, edge v->w), ``root`` (constant, node v), ``kept``
-    (constant, node a, node c or -1, edge a->c or -1), ``union`` (alternatives...).
+    (constant, node a, node c or -1, edge a->c or -1), ``union`` (alternatives...), ``join``
+    (x, y over the same cells: the least of their sum; numbers only).
     ``key`` records the eliminated node's strategy (or the union's choice) under that name, at
     layer offset ``key_offset``; ``shifts`` move the layer offset of each argument.
     """
@@ -75,6 +74,7 @@ class Schedule:
     steps: list[Step] = field(default_factory=list)
     shapes: dict[int, tuple[int, ...]] = field(default_factory=dict)
     final: int = -1
+    marks: dict[str, int] = field(default_factory=dict)  # named tables (e.g. "block", "top")
     _next: int = 0
 
     def new(self, shape: tuple[int, ...]) -> int:
@@ -138,9 +138,7 @@ def eliminate_schedule(
             node[u] = sched.step("leaf", (node[u], node[v], adj[u][v]), (size(u),), key=v)
         else:
             u, w = nbrs
-            tab = sched.step(
-                "series", (adj[u][v], node[v], adj[v][w]), (size(u), size(w)), key=v
-            )
+            tab = sched.step("series", (adj[u][v], node[v], adj[v][w]), (size(u), size(w)), key=v)
             _drop(adj, v)
             del node[v]
             put(u, w, tab)
@@ -166,6 +164,46 @@ def _drop(adj: dict[str, dict[str, int]], v: str) -> None:
 
 # ---- numbers: forward values and backward outsides -------------------------------------------
 
+CHUNK_ELEMENTS = 1 << 21
+
+
+def min_plus_values(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``out[i, k] = min_j a[i, j] + mid[j] + b[j, k]`` (values only, no argmin), with the
+    shortcuts of selection matrices (one finite entry per row or column)."""
+    n_i, n_j = a.shape
+    n_k = b.shape[1]
+    if n_j == 0:
+        return np.full((n_i, n_k), np.inf)
+    fin_a, fin_b = np.isfinite(a), np.isfinite(b)
+    if (fin_a.sum(axis=1) == 1).all():
+        j = fin_a.argmax(axis=1)
+        return (a[np.arange(n_i), j] + mid[j])[:, None] + b[j]
+    if (fin_b.sum(axis=0) == 1).all():
+        j = fin_b.argmax(axis=0)
+        return a[:, j] + (mid[j] + b[j, np.arange(n_k)])[None, :]
+    if (fin_b.sum(axis=1) == 1).all():
+        return _select_values(a, mid, b)
+    if (fin_a.sum(axis=0) == 1).all():
+        return _select_values(b.T, mid, a.T).T
+    out = np.empty((n_i, n_k))
+    right = mid[:, None] + b
+    step = max(1, CHUNK_ELEMENTS // max(1, n_j * n_k))
+    for s in range(0, n_i, step):
+        out[s : s + step] = (a[s : s + step, :, None] + right[None, :, :]).min(axis=1)
+    return out
+
+
+def _select_values(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """min_plus_values when each row j of ``b`` has one finite entry (j selects one k)."""
+    col = np.isfinite(b).argmax(axis=1)
+    base = a + (mid + b[np.arange(len(col)), col])[None, :]
+    order = np.argsort(col, kind="stable")
+    cols = col[order]
+    starts = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]])
+    out = np.full((a.shape[0], b.shape[1]), np.inf)
+    out[:, cols[starts]] = np.minimum.reduceat(base[:, order], starts, axis=1)
+    return out
+
 
 def forward_values(sched: Schedule, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     """Every table's least value per cell (the plain DP on the schedule)."""
@@ -180,11 +218,13 @@ def forward_values(sched: Schedule, inputs: dict[int, np.ndarray]) -> dict[int, 
             out = a[0] + (a[2] + a[1][None, :]).min(axis=1)
         elif st.kind == "series":
             mid = a[1] if a[1] is not None else np.zeros(a[0].shape[1])
-            out = min_plus(a[0], mid, a[2])[0]
+            out = min_plus_values(a[0], mid, a[2])
         elif st.kind == "root":
             out = a[0] + a[1].min()
         elif st.kind == "kept":
             out = _kept_values(a)
+        elif st.kind == "join":  # two tables over the same cells, summed, best cell
+            out = np.asarray((a[0] + a[1]).min())
         else:  # union
             out = np.minimum.reduce(a)
         val[st.out] = out
@@ -203,9 +243,11 @@ def backward_outsides(
     sched: Schedule, val: dict[int, np.ndarray], final_outside: np.ndarray | float = 0.0
 ) -> dict[int, np.ndarray]:
     """Every table's outside: the least value of the rest of the problem given its cell."""
-    out: dict[int, np.ndarray] = {sched.final: np.broadcast_to(
-        np.asarray(final_outside, dtype=float), np.shape(val[sched.final])
-    ).copy()}
+    out: dict[int, np.ndarray] = {
+        sched.final: np.broadcast_to(
+            np.asarray(final_outside, dtype=float), np.shape(val[sched.final])
+        ).copy()
+    }
 
     def give(i: int, o: np.ndarray) -> None:
         if i < 0:
@@ -230,11 +272,11 @@ def backward_outsides(
         elif st.kind == "series":
             euv, nv, evw = a
             mid = nv if nv is not None else np.zeros(euv.shape[1])
-            tail = min_plus(oz, np.zeros(oz.shape[1]), evw.T)[0]  # [a, b]
+            tail = min_plus_values(oz, np.zeros(oz.shape[1]), evw.T)  # [a, b]
             give(st.args[0], tail + mid[None, :])
             if nv is not None:
                 give(st.args[1], (euv + tail).min(axis=0))
-            head = min_plus(euv.T, np.zeros(euv.shape[0]), oz)[0]  # [b, c]
+            head = min_plus_values(euv.T, np.zeros(euv.shape[0]), oz)  # [b, c]
             give(st.args[2], head + mid[:, None])
         elif st.kind == "root":
             const, nv = a
@@ -242,6 +284,9 @@ def backward_outsides(
             give(st.args[1], oz + const + np.zeros_like(nv))
         elif st.kind == "kept":
             _kept_outsides(st, a, oz, give)
+        elif st.kind == "join":
+            give(st.args[0], oz + a[1])
+            give(st.args[1], oz + a[0])
         else:  # union: each alternative sees the same rest
             for i in st.args:
                 give(i, oz)
@@ -392,9 +437,16 @@ def combine(
     parents = [(tab, shift) for tab, _, shift in sources]
     if len(out_cell) == 0:
         none = np.zeros(0, dtype=np.int64)
-        return FrontTable(shape, none, np.zeros(0), np.zeros(0), floor, parents,
-                          np.zeros((0, len(sources)), dtype=np.int64),
-                          [(k, none, o) for k, _, o in fixes])
+        return FrontTable(
+            shape,
+            none,
+            np.zeros(0),
+            np.zeros(0),
+            floor,
+            parents,
+            np.zeros((0, len(sources)), dtype=np.int64),
+            [(k, none, o) for k, _, o in fixes],
+        )
     ranges = [tab.starts() for tab, _, _ in sources]
     counts = [cnt[cells] for (_, cnt), (_, cells, _) in zip(ranges, sources)]
     total = np.ones(len(out_cell), dtype=np.int64)
@@ -430,7 +482,13 @@ def combine(
         else np.zeros((len(keep), len(sources)), dtype=np.int64)
     )
     return FrontTable(
-        shape, cell[keep], t[keep], m[keep], floor, parents, src,
+        shape,
+        cell[keep],
+        t[keep],
+        m[keep],
+        floor,
+        parents,
+        src,
         [(k, v[rep][keep], o) for k, v, o in fixes],
     )
 
@@ -447,7 +505,12 @@ def node_front(
     floor = float(np.min(m[finite])) if finite.any() else 0.0
     keep = prune(cell, t, m, rules, floor, outside)
     return FrontTable(
-        (s_count,), cell[keep], t[keep], m[keep], floor, [],
+        (s_count,),
+        cell[keep],
+        t[keep],
+        m[keep],
+        floor,
+        [],
         np.zeros((len(keep), 0), dtype=np.int64),
         [(name, cell[keep], 0), ("opt:" + name, opt[keep], 0)],
     )
@@ -459,16 +522,30 @@ def matrix_front(matrix: np.ndarray, rules: Rules, outside: np.ndarray) -> Front
     cell = np.arange(len(flat))
     keep = prune(cell, flat, np.zeros(len(flat)), rules, 0.0, outside)
     return FrontTable(
-        matrix.shape, cell[keep], flat[keep], np.zeros(len(keep)), 0.0, [],
-        np.zeros((len(keep), 0), dtype=np.int64), [],
+        matrix.shape,
+        cell[keep],
+        flat[keep],
+        np.zeros(len(keep)),
+        0.0,
+        [],
+        np.zeros((len(keep), 0), dtype=np.int64),
+        [],
     )
 
 
 def constant_front() -> FrontTable:
     """The empty sum: one point (0 s, 0 bytes)."""
     one = np.zeros(1)
-    return FrontTable((), np.zeros(1, dtype=np.int64), one, one.copy(), 0.0, [],
-                      np.zeros((1, 0), dtype=np.int64), [])
+    return FrontTable(
+        (),
+        np.zeros(1, dtype=np.int64),
+        one,
+        one.copy(),
+        0.0,
+        [],
+        np.zeros((1, 0), dtype=np.int64),
+        [],
+    )
 
 
 def forward_fronts(
@@ -476,13 +553,16 @@ def forward_fronts(
     inputs: dict[int, FrontTable],
     outside: dict[int, np.ndarray],
     rules: Rules,
-) -> FrontTable:
-    """Run the schedule on fronts; return the final table."""
+    wanted: tuple[int, ...] | None = None,
+) -> dict[int, FrontTable]:
+    """Run the schedule on fronts up to the ``wanted`` tables (default: the final one)."""
     tab = dict(inputs)
     lam = rules.lam
+    wanted = (sched.final,) if wanted is None else wanted
+    needed = _ancestors(sched, wanted)
     for st in sched.steps:
-        if st.out not in outside:
-            continue  # not on any path to the final table
+        if st.out not in outside or st.out not in needed:
+            continue  # not on any path to a wanted table
         oz = np.asarray(outside[st.out], dtype=float)
         a = [tab[i] if i >= 0 else None for i in st.args]
         sh = st.shifts or (0,) * len(st.args)
@@ -492,8 +572,16 @@ def forward_fronts(
             r, c = x.shape
             cell = (x.cell % c) * r + x.cell // c
             order = np.argsort(cell, kind="stable")
-            out = FrontTable((c, r), cell[order], x.t[order], x.m[order], x.floor, [(x, 0)],
-                             order[:, None].astype(np.int64), [])
+            out = FrontTable(
+                (c, r),
+                cell[order],
+                x.t[order],
+                x.m[order],
+                x.floor,
+                [(x, 0)],
+                order[:, None].astype(np.int64),
+                [],
+            )
         elif st.kind == "add":
             x, y = a
             both = np.flatnonzero(np.isfinite(x.best(lam).ravel() + y.best(lam).ravel()))
@@ -504,24 +592,53 @@ def forward_fronts(
             ia, ib = np.nonzero(low <= rules.target + rules.slack())
             b = nv.shape[0]
             out = combine(
-                nu.shape, ia,
+                nu.shape,
+                ia,
                 [(nu, ia, sh[0]), (nv, ib, sh[1]), (e, ia * b + ib, sh[2])],
-                rules, oz, fix(ib),
+                rules,
+                oz,
+                fix(ib),
             )
         elif st.kind == "series":
             out = _series(st, a, sh, oz, rules, fix)
         elif st.kind == "root":
             const, nv = a
             cells = np.flatnonzero(np.isfinite(nv.best(lam)))
-            out = combine((), np.zeros(len(cells), dtype=np.int64),
-                          [(const, np.zeros(len(cells), dtype=np.int64), sh[0]),
-                           (nv, cells, sh[1])], rules, oz, fix(cells))
+            out = combine(
+                (),
+                np.zeros(len(cells), dtype=np.int64),
+                [(const, np.zeros(len(cells), dtype=np.int64), sh[0]), (nv, cells, sh[1])],
+                rules,
+                oz,
+                fix(cells),
+            )
         elif st.kind == "kept":
             out = _kept_front(a, sh, oz, rules)
+        elif st.kind == "join":
+            x, y = a
+            low = (x.best(lam) + y.best(lam)).ravel()
+            cells = np.flatnonzero(low <= rules.target + rules.slack())
+            zero = np.zeros(len(cells), dtype=np.int64)
+            out = combine((), zero, [(x, cells, sh[0]), (y, cells, sh[1])], rules, oz, [])
         else:  # union
             out = _union(st, a, rules, oz)
         tab[st.out] = out
-    return tab[sched.final]
+    return {i: tab[i] for i in wanted}
+
+
+def _ancestors(sched: Schedule, wanted: tuple[int, ...]) -> set[int]:
+    """Tables the wanted ones are made from (themselves included)."""
+    made = {st.out: st for st in sched.steps}
+    seen: set[int] = set()
+    stack = list(wanted)
+    while stack:
+        i = stack.pop()
+        if i in seen or i < 0:
+            continue
+        seen.add(i)
+        if i in made:
+            stack.extend(made[i].args)
+    return seen
 
 
 def _fixer(st: Step) -> Callable[[np.ndarray], list[tuple[str, np.ndarray, int]]]:
@@ -541,27 +658,52 @@ def _series(
     rules: Rules,
     fix: Callable[[np.ndarray], list[tuple[str, np.ndarray, int]]],
 ) -> FrontTable:
+    """Fronts of ``uv[a, b] + v[b] + vw[b, c]``: candidate triples are the join on b of the
+    non-empty cells of both edge tables, kept when their least values and the outside of
+    (a, c) stay within the target."""
     euv, nv, evw = a
     lam = rules.lam
     ra, rb = euv.shape
     rc = evw.shape[1]
-    r_uv, r_vw = euv.best(lam), evw.best(lam)
     r_v = nv.best(lam) if nv is not None else np.zeros(rb)
-    cand = []
-    step = max(1, (1 << 22) // max(1, rb * rc))
-    for s in range(0, ra, step):
-        blk = r_uv[s : s + step, :, None] + r_v[None, :, None] + r_vw[None, :, :]
-        blk = blk + oz[s : s + step, None, :]
-        ia, ib, ic = np.nonzero(blk <= rules.target + rules.slack())
-        cand.append((ia + s, ib, ic))
-    ia = np.concatenate([x[0] for x in cand])
-    ib = np.concatenate([x[1] for x in cand])
-    ic = np.concatenate([x[2] for x in cand])
+    uv_cells, uv_low = _cell_minima(euv, lam)
+    ua, ub = np.divmod(uv_cells, rb)
+    uv_low = uv_low + r_v[ub]
+    ok = np.isfinite(uv_low)
+    ua, ub, uv_low = ua[ok], ub[ok], uv_low[ok]
+    vw_cells, vw_low = _cell_minima(evw, lam)
+    wb, wc = np.divmod(vw_cells, rc)
+    limit = rules.target + rules.slack()
+    # join on b: uv entries grouped by b, each paired with every vw entry of that b
+    order_u = np.argsort(ub, kind="stable")
+    order_w = np.argsort(wb, kind="stable")
+    n_u = np.bincount(ub, minlength=rb)
+    n_w = np.bincount(wb, minlength=rb)
+    start_u = np.cumsum(n_u) - n_u
+    start_w = np.cumsum(n_w) - n_w
+    bs = np.flatnonzero((n_u > 0) & (n_w > 0))
+    pairs = n_u[bs] * n_w[bs]
+    if int(pairs.sum()) > MAX_POINTS:
+        raise TruncatedError(f"{int(pairs.sum())} candidate triples in one series step")
+    grp, (iu, iw) = _expand([n_u[bs], n_w[bs]]) if len(bs) else (np.zeros(0, int), [[], []])
+    iu = order_u[start_u[bs][grp] + np.asarray(iu, dtype=np.int64)]
+    iw = order_w[start_w[bs][grp] + np.asarray(iw, dtype=np.int64)]
+    ia, ib, ic = ua[iu], ub[iu], wc[iw]
+    keep = uv_low[iu] + vw_low[iw] + oz[ia, ic] <= limit
+    ia, ib, ic = ia[keep], ib[keep], ic[keep]
     sources = [(euv, ia * rb + ib, sh[0])]
     if nv is not None:
         sources.append((nv, ib, sh[1]))
     sources.append((evw, ib * rc + ic, sh[2]))
     return combine((ra, rc), ia * rc + ic, sources, rules, oz, fix(ib))
+
+
+def _cell_minima(x: FrontTable, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """(non-empty cells, least ``t + lam * m`` of each) of a table."""
+    if len(x.cell) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    first = np.flatnonzero(np.r_[True, x.cell[1:] != x.cell[:-1]])
+    return x.cell[first], np.minimum.reduceat(x.t + lam * x.m, first)
 
 
 def _kept_front(a: list, sh: tuple[int, ...], oz: np.ndarray, rules: Rules) -> FrontTable:
@@ -570,15 +712,24 @@ def _kept_front(a: list, sh: tuple[int, ...], oz: np.ndarray, rules: Rules) -> F
     if nc is None:
         low = const.best(lam)[0] + na.best(lam) + oz
         cells = np.flatnonzero(low <= rules.target + rules.slack())
-        return combine(na.shape, cells, [(const, np.zeros(len(cells), dtype=np.int64), sh[0]),
-                                         (na, cells, sh[1])], rules, oz, [])
+        return combine(
+            na.shape,
+            cells,
+            [(const, np.zeros(len(cells), dtype=np.int64), sh[0]), (na, cells, sh[1])],
+            rules,
+            oz,
+            [],
+        )
     c = nc.shape[0]
     low = const.best(lam)[0] + na.best(lam)[:, None] + nc.best(lam)[None, :] + oz
     if edge is not None:
         low = low + edge.best(lam)
     cells = np.flatnonzero(low.ravel() <= rules.target + rules.slack())
-    sources = [(const, np.zeros(len(cells), dtype=np.int64), sh[0]), (na, cells // c, sh[1]),
-               (nc, cells % c, sh[2])]
+    sources = [
+        (const, np.zeros(len(cells), dtype=np.int64), sh[0]),
+        (na, cells // c, sh[1]),
+        (nc, cells % c, sh[2]),
+    ]
     if edge is not None:
         sources.append((edge, cells, sh[3]))
     return combine((na.shape[0], c), cells, sources, rules, oz, [])
@@ -595,8 +746,9 @@ def _union(st: Step, alts: list, rules: Rules, oz: np.ndarray) -> FrontTable:
     src = np.full((len(keep), len(alts)), -1, dtype=np.int64)
     src[np.arange(len(keep)), which[keep]] = local[keep]
     fixes = [(st.key, np.array(st.values)[which[keep]], st.key_offset)] if st.key else []
-    return FrontTable(alts[0].shape, cell[keep], t[keep], m[keep], floor,
-                      [(x, 0) for x in alts], src, fixes)
+    return FrontTable(
+        alts[0].shape, cell[keep], t[keep], m[keep], floor, [(x, 0) for x in alts], src, fixes
+    )
 
 
 def recover(table: FrontTable, point: int) -> dict[tuple[str, int], int]:

@@ -6,15 +6,17 @@ variable and a ``y`` per table entry whose marginal on every axis equals that va
 ``sum_v usage_v . x_v <= limit`` rows, where each variable sits on a contiguous range of rows
 (live ranges over time). HiGHS reports optimal, or the best found with its dual bound.
 
-The heuristic builds a greedy assignment and improves it one variable at a time (iterated
-conditional modes) until nothing improves; its lower bound gives each table to one of its
-variables and minimises the rest away ("star" bound). Both are deterministic.
+Without the ILP (too big, or out of time): min-sum diffusion raises a lower bound (block
+coordinate ascent on the dual of the ILP's LP relaxation, which is often tight on sharding
+problems) and reparametrises the costs; a greedy pass on those costs, then one-variable moves
+while they help (iterated conditional modes), give the assignment. All of it deterministic.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -194,31 +196,29 @@ def greedy(p: FactorProblem, alive: list[int]) -> np.ndarray:
 
 
 def local_search(
-    p: FactorProblem, alive: list[int], assign: np.ndarray, *, deadline: float, max_sweeps: int
+    p: FactorProblem, alive: list[int], assign: np.ndarray, *, deadline: float
 ) -> np.ndarray:
-    """Iterated conditional modes: move one variable to its best strategy while that helps."""
+    """Iterated conditional modes with a work list: move one variable to its best strategy
+    while that lowers the cost; a move re-queues the variable's neighbours."""
     inc = _incidence(p, alive)
+    nbrs = {v: sorted({u for s, _ in inc[v] for u in s if u != v}) for v in alive}
     assign = assign.copy()
-    for _ in range(max_sweeps):
-        changed = False
-        for v in alive:
-            local = p.unary[v] + _local(v, inc[v], assign, None)
-            best = int(np.argmin(local))
-            if local[best] < local[assign[v]] - 1e-12 * abs(local[assign[v]]):
-                assign[v] = best
-                changed = True
-        if not changed or time.perf_counter() > deadline:
+    queue = deque(alive)
+    queued = set(alive)
+    while queue:
+        v = queue.popleft()
+        queued.discard(v)
+        local = p.unary[v] + _local(v, inc[v], assign, None)
+        best = int(np.argmin(local))
+        if local[best] < local[assign[v]] - 1e-12 * abs(local[assign[v]]):
+            assign[v] = best
+            for u in nbrs[v]:
+                if u not in queued:
+                    queue.append(u)
+                    queued.add(u)
+        if time.perf_counter() > deadline:
             break
     return assign
-
-
-def star_bound(p: FactorProblem, alive: list[int]) -> float:
-    """``constant + sum_v min_s (unary_v(s) + sum of tables given to v, minimised over the
-    others)``: every table goes to its first variable. A valid lower bound on the optimum."""
-    vec = {v: p.unary[v].astype(float) for v in alive}
-    for scope, t in p.tables.items():
-        vec[scope[0]] = vec[scope[0]] + t.reshape(t.shape[0], -1).min(axis=1)
-    return p.constant + float(sum(vec[v].min() for v in alive))
 
 
 def solve_kernel(
@@ -228,22 +228,118 @@ def solve_kernel(
     deadline: float,
     ilp_max_nonzeros: int,
     exact: bool,
+    quick: bool = False,
+    messages: dict[tuple[Scope, int], np.ndarray] | None = None,
 ) -> KernelResult:
-    """Best assignment of ``alive`` within the deadline; exact (no deadline) when ``exact``."""
+    """Best assignment of ``alive``: the exact ILP when ``exact`` (no deadline); otherwise a
+    diffusion bound, greedy decoding plus local search, then the ILP (within its size cap)
+    for the time left unless the bound already proves the assignment optimal. ``quick``
+    (inside an outer loop): fewer diffusion sweeps and one greedy start; ``messages`` warm-start
+    the diffusion (see :func:`diffusion`)."""
     if not alive:
         return KernelResult(np.zeros(len(p.domains), dtype=np.int64), "optimal", p.constant, "none")
-    if exact or ilp_size(p, alive) <= ilp_max_nonzeros:
-        left = None if exact else max(0.1, deadline - time.perf_counter())
-        res = solve_ilp(p, alive, time_limit_s=left)
-        if res is not None and res.status in ("optimal", "infeasible"):
+    if exact:
+        res = solve_ilp(p, alive)
+        if res is not None:
             return res
-    else:
-        res = None
-    start = greedy(p, alive)
-    better = local_search(p, alive, start, deadline=deadline, max_sweeps=50)
-    bound = star_bound(p, alive)
-    if res is not None:
-        bound = max(bound, res.lower_bound)
-        if p.value(res.assign) <= p.value(better):
-            return KernelResult(res.assign, "feasible", bound, "ilp (time limit)")
-    return KernelResult(better, "feasible", bound, "greedy + local search")
+    now = time.perf_counter()
+    stop = now + 0.3 * max(deadline - now, 0.0)
+    sweeps, tolerance = (20, 1e-7) if quick else (100, 1e-9)
+    bound, rep = diffusion(
+        p, alive, deadline=stop, max_sweeps=sweeps, tolerance=tolerance, messages=messages
+    )
+    best = local_search(p, alive, greedy(rep, alive), deadline=deadline)
+    if not quick:
+        plain = local_search(p, alive, greedy(p, alive), deadline=deadline)
+        if p.value(plain) < p.value(best):
+            best = plain
+    value = p.value(best)
+    if value <= bound + 1e-9 * max(1.0, abs(bound)):
+        return KernelResult(best, "optimal", bound, "diffusion + local search")
+    found = KernelResult(best, "feasible", bound, "diffusion + local search")
+    left = deadline - time.perf_counter()
+    if exact or ilp_size(p, alive) > ilp_max_nonzeros or left < 0.5:
+        return found
+    res = solve_ilp(p, alive, time_limit_s=left)
+    if res is None:
+        return found
+    if res.status in ("optimal", "infeasible"):
+        return res
+    bound = max(bound, res.lower_bound)
+    if p.value(res.assign) < value:
+        return KernelResult(res.assign, "feasible", bound, "ilp (time limit)")
+    return KernelResult(best, "feasible", bound, found.method)
+
+
+def diffusion(
+    p: FactorProblem,
+    alive: list[int],
+    *,
+    deadline: float,
+    max_sweeps: int = 100,
+    tolerance: float = 1e-9,
+    messages: dict[tuple[Scope, int], np.ndarray] | None = None,
+) -> tuple[float, FactorProblem]:
+    """A lower bound by min-sum diffusion (block coordinate ascent on the LP relaxation's
+    dual), and the reparametrised problem (same cost for every assignment) it ends with.
+
+    Node-centred updates: for each variable, its cost vector and the min-marginals of its
+    tables are averaged, which never lowers ``sum_v min unary + sum_T min table``. Sweeps
+    run until the bound rises by less than ``tolerance`` (relative), ``max_sweeps`` or the
+    deadline. ``p`` is not changed. ``messages`` (what table ``scope`` passed to its variable
+    on ``axis``) start from an earlier run on a problem of the same shape and are updated in
+    place: a warm start.
+    """
+    unary = list(p.unary)
+    for v in alive:
+        unary[v] = unary[v].astype(float)
+    tables = {s: t.astype(float) for s, t in p.tables.items()}
+    inc: dict[int, list[tuple[Scope, int]]] = {v: [] for v in alive}
+    for scope in tables:
+        for axis, v in enumerate(scope):
+            inc[v].append((scope, axis))
+    sent = {} if messages is None else messages
+    for (scope, axis), delta in list(sent.items()):
+        t = tables.get(scope)
+        if t is None or t.shape[axis] != len(delta):
+            del sent[(scope, axis)]
+            continue
+        shape = [1] * t.ndim
+        shape[axis] = -1
+        tables[scope] = t - delta.reshape(shape)
+        unary[scope[axis]] = unary[scope[axis]] + delta
+
+    def bound() -> float:
+        low = sum(float(unary[v].min()) for v in alive)
+        return p.constant + low + sum(float(t.min()) for t in tables.values())
+
+    best = bound()
+    order = sorted((v for v in alive if inc[v]), key=lambda v: (-len(inc[v]), v))
+    for _ in range(max_sweeps):
+        for v in order:
+            parts = []
+            total = unary[v].copy()
+            for scope, axis in inc[v]:
+                t = tables[scope]
+                m = t.min(axis=tuple(a for a in range(t.ndim) if a != axis))
+                parts.append((scope, axis, m))
+                total += m
+            share = total / (len(parts) + 1)
+            if not np.isfinite(share).any():
+                continue  # no strategy of v is possible: the bound is already inf
+            unary[v] = share
+            for scope, axis, m in parts:
+                shift = np.where(np.isfinite(m), m - share, 0.0)
+                shape = [1] * tables[scope].ndim
+                shape[axis] = -1
+                tables[scope] = tables[scope] - shift.reshape(shape)
+                if messages is not None:
+                    old = sent.get((scope, axis))
+                    total = shift if old is None else old + shift
+                    sent[(scope, axis)] = np.where(np.isfinite(total), total, 0.0)
+        now = bound()
+        rising = now > best + tolerance * max(1.0, abs(best))
+        best = max(best, now)
+        if not rising or time.perf_counter() > deadline:
+            break
+    return best, FactorProblem(p.domains, unary, tables, p.constant)

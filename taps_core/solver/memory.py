@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,6 +156,8 @@ def solve_with_memory(
             )
             search.optimal = res.status == "optimal" and exact_fit
     if not (search.optimal or search.infeasible) and time.perf_counter() < deadline:
+        search.seed(problem, time_limit_s, deadline)
+    if not (search.optimal or search.infeasible) and time.perf_counter() < deadline:
         search.lagrangian()
     return search.solution(problem, mem, start)
 
@@ -175,7 +178,7 @@ class _Search:
         self.fp = red.factors
         self.vars = red.alive + red.keep
         self.inc = _incidence(self.fp, self.vars)
-        self.nbrs = {v: {u for s, _ in self.inc[v] for u in s if u != v} for v in self.vars}
+        self.nbrs = {v: sorted({u for s, _ in self.inc[v] for u in s if u != v}) for v in self.vars}
         self.kept = np.array(red.keep, dtype=np.int64)
         self.pos = {v: i for i, v in enumerate(red.keep)}  # variable -> index in ``kept``
         self.lo = np.array([rows.lo[v] for v in red.keep], dtype=np.int64)
@@ -187,6 +190,7 @@ class _Search:
         self.infeasible = False  # proven by the ILP
         self.method = ""
         self.rounds = 0
+        self.messages: dict = {}  # diffusion messages, carried from round to round
 
     # ---- memory bookkeeping over the tight rows ------------------------------------------
     def load(self, assign: np.ndarray) -> np.ndarray:
@@ -211,13 +215,29 @@ class _Search:
         if cost < self.best_cost:
             self.best, self.best_cost, self.method = assign.copy(), cost, method
 
+    def seed(self, problem: CostGraph, time_limit_s: float | None, deadline: float) -> None:
+        """Solve without the limit (a third of the time left): its lower bound holds here too,
+        and its answer, repaired to fit, is a first incumbent."""
+        share = None if time_limit_s is None else 0.35 * (deadline - time.perf_counter())
+        free = solve(problem, time_limit_s=share, budget=self.budget)
+        if free.lower_bound is not None:
+            self.bound = max(self.bound, free.lower_bound)
+        assign = np.zeros(len(self.fp.domains), dtype=np.int64)
+        for i, n in enumerate(self.red.names):
+            assign[i] = free.strategies[n]
+        if self.fits(assign) and free.status == "optimal":
+            self.optimal = True  # the unconstrained optimum fits: nothing can beat it
+        self.offer(assign, "unconstrained + repair")
+
     # ---- repair and improvement ----------------------------------------------------------
     def repair(self, assign: np.ndarray) -> np.ndarray | None:
-        """Lower usage where it exceeds the limit, cheapest extra cost per unit saved first."""
+        """Lower usage where it exceeds the limit, cheapest extra cost per unit saved first
+        (each kept variable's best move is cached until it or a neighbour moves)."""
         assign = assign.copy()
         load = self.load(assign)
         limit = self.rows.limit
-        cache: dict[int, np.ndarray] = {}
+        ratio = np.full(len(self.kept), np.nan)  # best extra cost per unit saved (nan: stale)
+        target = np.zeros(len(self.kept), dtype=np.int64)  # ... and the strategy achieving it
         for _ in range(20 * len(self.kept) + 10):
             over = load - limit
             r = int(np.argmax(over))
@@ -225,54 +245,59 @@ class _Search:
                 return assign
             if time.perf_counter() > self.deadline:
                 return None
-            live = self.kept[(self.lo <= r) & (self.hi > r)]
-            best_ratio, move = math.inf, None
-            for v in live:
+            live = np.flatnonzero((self.lo <= r) & (self.hi > r))
+            for i in live[np.isnan(ratio[live])]:
+                v = int(self.kept[i])
                 w = self.rows.weight[v]
                 saved = w[assign[v]] - w
-                if not (saved > 0).any():
-                    continue
-                if v not in cache:
-                    cache[v] = self.fp.unary[v] + _local(v, self.inc[v], assign, None)
-                extra = cache[v] - cache[v][assign[v]]
-                ratio = np.where(saved > 0, extra / np.maximum(saved, 1e-300), np.inf)
-                s = int(np.argmin(ratio))
-                if ratio[s] < best_ratio:
-                    best_ratio, move = float(ratio[s]), (int(v), s)
-            if move is None:
-                return None
-            v, s = move
-            i = self.pos[v]
+                local = self.fp.unary[v] + _local(v, self.inc[v], assign, None)
+                per = np.where(
+                    saved > 0, (local - local[assign[v]]) / np.maximum(saved, 1e-300), np.inf
+                )
+                target[i] = int(np.argmin(per))
+                ratio[i] = per[target[i]]
+            i = int(live[np.argmin(ratio[live])])
+            if not np.isfinite(ratio[i]):
+                return None  # nothing live here can use less
+            v, s = int(self.kept[i]), int(target[i])
             w = self.rows.weight[v]
             load[self.lo[i] : self.hi[i]] += w[s] - w[assign[v]]
             assign[v] = s
-            for u in (v, *self.nbrs[v]):
-                cache.pop(u, None)
+            ratio[i] = np.nan
+            for u in self.nbrs[v]:
+                if u in self.pos:
+                    ratio[self.pos[u]] = np.nan
         return None
 
-    def improve(self, assign: np.ndarray, sweeps: int = 20) -> np.ndarray:
-        """One-node moves that lower the cost and keep every tight row within its limit."""
+    def improve(self, assign: np.ndarray) -> np.ndarray:
+        """One-node moves that lower the cost and keep every tight row within its limit (a
+        work list: a move re-queues the neighbours)."""
         assign = assign.copy()
         load = self.load(assign)
         limit = self.rows.limit
-        for _ in range(sweeps):
-            changed = False
-            for v in self.vars:
-                local = self.fp.unary[v] + _local(v, self.inc[v], assign, None)
-                cur = assign[v]
-                if v in self.rows.lo:
-                    i = self.pos[v]
-                    a, b = self.lo[i], self.hi[i]
-                    w = self.rows.weight[v]
-                    slack = float((limit[a:b] - load[a:b]).min(initial=math.inf))
-                    local = np.where(w - w[cur] <= slack, local, np.inf)
-                s = int(np.argmin(local))
-                if local[s] < local[cur] - 1e-12 * abs(local[cur]):
-                    if v in self.rows.lo:
-                        load[a:b] += w[s] - w[cur]
-                    assign[v] = s
-                    changed = True
-            if not changed or time.perf_counter() > self.deadline:
+        queue = deque(self.vars)
+        queued = set(self.vars)
+        while queue:
+            v = queue.popleft()
+            queued.discard(v)
+            local = self.fp.unary[v] + _local(v, self.inc[v], assign, None)
+            cur = assign[v]
+            i = self.pos.get(v)
+            if i is not None:
+                a, b = self.lo[i], self.hi[i]
+                w = self.rows.weight[v]
+                slack = float((limit[a:b] - load[a:b]).min(initial=math.inf))
+                local = np.where(w - w[cur] <= slack, local, np.inf)
+            s = int(np.argmin(local))
+            if local[s] < local[cur] - 1e-12 * abs(local[cur]):
+                if i is not None:
+                    load[a:b] += w[s] - w[cur]
+                assign[v] = s
+                for u in self.nbrs[v]:
+                    if u not in queued:
+                        queue.append(u)
+                        queued.add(u)
+            if time.perf_counter() > self.deadline:
                 break
         return assign
 
@@ -289,7 +314,15 @@ class _Search:
         alive = [v for v in self.vars if len(pen.unary[v])]
         if not alive:  # the whole elimination fitted: exact
             return done.recover(np.zeros(len(fp.domains), dtype=np.int64)), pen.constant
-        res = solve_kernel(pen, alive, deadline=self.deadline, ilp_max_nonzeros=0, exact=False)
+        res = solve_kernel(
+            pen,
+            alive,
+            deadline=self.deadline,
+            ilp_max_nonzeros=0,
+            exact=False,
+            quick=True,
+            messages=self.messages,
+        )
         return done.recover(res.assign.copy()), res.lower_bound
 
     def lagrangian(self) -> None:

@@ -1,6 +1,7 @@
 """Pairwise reductions of the elimination DP (MindSpore-style): the fast path for model graphs.
 
 Reductions, cheapest first, until none is left within the budget:
+- single-strategy node (any degree): fold its edges into the neighbours' cost vectors;
 - isolated node: take its cheapest strategy;
 - leaf: fold a degree-one node into its neighbour's cost vector;
 - series: a degree-two node v between u and w becomes an edge u-w with
@@ -129,6 +130,8 @@ def _min_plus_select(
 def _work(st: SeriesState, v: str, budget: SeriesBudget) -> float:
     """Estimated cost of eliminating ``v`` now (inf for degree >= 3 or over the budget)."""
     nbrs = st.adj[v]
+    if len(st.costs[v]) == 1:  # one strategy: folds into every neighbour, whatever the degree
+        return 0.0
     if len(nbrs) > 2:
         return np.inf
     size = float(len(st.costs[v]))
@@ -160,7 +163,13 @@ def eliminate_series(st: SeriesState, keep: frozenset[str], budget: SeriesBudget
             continue
         nbrs = list(st.adj[v])
         c_v = st.costs[v]
-        if len(nbrs) == 0:
+        if len(c_v) == 1:
+            st.constant += float(c_v[0])
+            for u in nbrs:
+                st.costs[u] = st.costs[u] + st.adj[v][u][0]
+            st.records.append(("root", v, 0))
+            st.remove(v)
+        elif len(nbrs) == 0:
             s = int(np.argmin(c_v))
             st.constant += float(c_v[s])
             st.records.append(("root", v, s))
