@@ -185,6 +185,7 @@ def sweep_run(
     mode: str,
     memory_limit_bytes: float | None,
     labels: tuple[str, ...],
+    warm_taps: bool = False,
 ) -> Any:
     """A :class:`taps_core.sweep.SweepRun` shared by every session with these settings: the
     plans it has found survive reruns, page switches and interrupted sweeps. Or a Failure."""
@@ -200,6 +201,7 @@ def sweep_run(
             mode=mode,
             memory_limit_bytes=memory_limit_bytes,
             labels=labels,
+            warm_taps=warm_taps,
         )
     except TapsError as err:
         return Failure(str(err))

@@ -409,7 +409,7 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     x = list(np.array(sw.bandwidths_Bps) / 1e9)
     ys: list[float] = []
     for label in sw.labels:
-        priced = [None if p is None else p.plans[label] for p in sw.points]
+        priced = [None if p is None else p.plans.get(label) for p in sw.points]
         if not any(q is not None and q.fits for q in priced):
             continue  # never fits: no legend entry (the page says why)
 

@@ -6,7 +6,8 @@ up to the requested bandwidth, keeping their relative speeds (a degraded NIC sta
 
 :class:`SweepRun` does the work incrementally so a dashboard can draw while it runs:
 
-- TAPS is searched at every grid point (what is drawn for TAPS is always a proven search).
+- TAPS is searched at every grid point (what is drawn for TAPS is always a proven search),
+  unless ``warm_taps`` asks to warm-start it like the baselines (slow searches).
 - Baselines are *warm-started*: searched at the two ends of the range, and inside it only
   where the plans searched on either side differ. Where they agree, that plan is re-costed at
   the new bandwidth instead (an evaluation, ~20x cheaper than a search). This is exact when
@@ -288,6 +289,10 @@ class SweepRun:
         As for :func:`taps_core.planner.search`.
     labels
         Plans to cost, among :data:`taps_core.planner.BASELINES`; ``"taps"`` always included.
+    warm_taps
+        Warm-start TAPS like the baselines: at a grid point whose searched neighbours have
+        the same TAPS plan, re-cost that plan instead of searching (for models whose search
+        takes seconds). Changes are still located by searching.
     """
 
     def __init__(
@@ -298,6 +303,7 @@ class SweepRun:
         mode: str = "train",
         memory_limit_bytes: float | None = None,
         labels: Sequence[str] = BASELINES,
+        warm_taps: bool = False,
     ) -> None:
         unknown = [lb for lb in labels if lb not in BASELINES]
         if unknown:
@@ -306,6 +312,7 @@ class SweepRun:
         self.graph, self.topology = graph, topology
         self.mode, self.memory_limit_bytes = mode, memory_limit_bytes
         self.labels = ("taps", *(lb for lb in BASELINES if lb in labels and lb != "taps"))
+        self.warm_taps = warm_taps
         self._plans: dict[tuple[str, float], Plan | NotFitting] = {}  # searched
         self._priced: dict[tuple[str, float], Priced] = {}
         self._changes: dict[tuple[float, float], Change] = {}
@@ -361,7 +368,7 @@ class SweepRun:
             key = (label, bw)
             if key in self._priced:
                 return self._priced[key]
-            if label != "taps":
+            if label != "taps" or self.warm_taps:
                 warm = self._warm(label, bw)
                 if warm is not None:
                     self._priced[key] = warm
@@ -371,7 +378,7 @@ class SweepRun:
             return self._priced[key]
 
     def _warm(self, label: str, bw: float) -> Priced | None:
-        """A baseline re-costed from the searched plans around ``bw``, when both agree."""
+        """A plan re-costed from the searched plans around ``bw``, when both agree."""
         searched = sorted(b for (lb, b) in self._plans if lb == label)
         left = [b for b in searched if b < bw]
         right = [b for b in searched if b > bw]
@@ -405,10 +412,10 @@ class SweepRun:
         with self._lock:
             points = []
             for bw in bandwidths:
-                plans = {lb: self._priced.get((lb, bw)) for lb in self.labels}
-                points.append(
-                    SweepPoint(bw, plans) if all(p is not None for p in plans.values()) else None
-                )
+                plans = {
+                    lb: self._priced[(lb, bw)] for lb in self.labels if (lb, bw) in self._priced
+                }
+                points.append(SweepPoint(bw, plans) if "taps" in plans else None)
             lo, hi = min(bandwidths, default=0.0), max(bandwidths, default=0.0)
             changes = tuple(c for (a, b), c in sorted(self._changes.items()) if lo <= a and b <= hi)
             return Sweep(self.labels, tuple(bandwidths), tuple(points), changes, complete)
@@ -426,10 +433,13 @@ class SweepRun:
         if (grid, locate) in self._complete:  # a finished grid: nothing left to plan
             yield self._complete[(grid, locate)]
             return
-        for i in coarse_to_fine(len(grid)):
+        for n, i in enumerate(coarse_to_fine(len(grid))):
             bw = grid[i]
             if all((lb, bw) in self._priced for lb in self.labels):
                 continue
+            if n == 0 and len(self.labels) > 1:  # TAPS alone first: something to draw sooner
+                self.at("taps", bw)
+                yield self.snapshot(grid)
             for lb in reversed(self.labels):  # baselines first: their compare also gives TAPS
                 self.at(lb, bw)
             self._best_taps(bw)

@@ -136,3 +136,17 @@ def test_not_fitting_is_reported_not_raised():
 def test_unknown_label(gpt2):
     with pytest.raises(InvalidInputError, match="labels"):
         sweep_inter_bandwidth(gpt2, preset("dgx-a100:2"), [1e9], labels=("alpa",))
+
+
+def test_warm_started_taps_searches_less_and_agrees_here(gpt2):
+    topo = preset("dgx-a100:2")
+    bws = log_bandwidths(1e9, 400e9, 9)
+    exact = SweepRun(gpt2, topo, labels=("taps",))
+    warm = SweepRun(gpt2, topo, labels=("taps",), warm_taps=True)
+    a = list(exact.fill(bws, locate=False))[-1]
+    b = list(warm.fill(bws, locate=False))[-1]
+    assert warm.searches < exact.searches
+    assert not all(p.plans["taps"].searched for p in b.points)
+    for p, q in zip(a.points, b.points):  # gpt2's step times are affine in 1/bandwidth here
+        assert q.plans["taps"].strategies == p.plans["taps"].strategies
+        assert q.total_time_s["taps"] == pytest.approx(p.total_time_s["taps"], rel=1e-9)
