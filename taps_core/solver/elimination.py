@@ -31,7 +31,7 @@ from taps_core.solver.series import min_plus
 
 __all__ = ["Budget", "greedy", "min_plus", "reduce_to", "solve"]
 
-ILP_MAX_NONZEROS = 3_000_000  # larger kernels skip the ILP when a time limit is set
+ILP_MAX_NONZEROS = 8_000_000  # larger kernels skip the ILP when a time limit is set (memory)
 
 
 def solve(

@@ -100,7 +100,8 @@ def solve_with_memory(
     fitting assignment was found); ``stats`` has ``peak_usage`` and the method used.
     """
     start = time.perf_counter()
-    deadline = math.inf if time_limit_s is None else start + time_limit_s
+    # 5% of the time is left for recovering and checking the answer after the search stops
+    deadline = math.inf if time_limit_s is None else start + 0.95 * time_limit_s
     names = list(problem.node_costs)
     lo = np.array([mem.interval[n][0] for n in names], dtype=np.int64)
     hi = np.array([mem.interval[n][1] for n in names], dtype=np.int64)
