@@ -1,30 +1,35 @@
 """Command line: ``python -m taps_core {models,topologies,plan,compare,solve-graph}``.
 
-Bad input prints one line naming the field and exits with code 2; never a traceback.
+Bad input prints one line naming the field and exits with code 2; never a traceback. Inputs
+are bounded (:mod:`taps_core.limits`) before any work, ``--json`` targets are checked before
+the search, and every JSON written is strict (no NaN/Infinity).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from taps_core import strict_json
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
 from taps_core.graph import OpGraph
+from taps_core.limits import check
 from taps_core.models import build_graph, load_model_config, sample_names
 from taps_core.models.config import DTYPE_BYTES
 from taps_core.planner import COST_MODELS, NotFitting, compare, reduction, search
 from taps_core.presets import PRESETS
 from taps_core.report import compare_to_json, fmt_bytes, fmt_seconds, plan_table, plan_to_json
-from taps_core.solver import load_problem, solve
+from taps_core.solver import iopddl, problem_from_json, solve
 from taps_core.topology import Topology
 from taps_core.topology_io import load_topology
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 1
+DEFAULT_TIME_LIMIT_S = 60.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,8 +67,18 @@ def _parser() -> argparse.ArgumentParser:
             help="memory per device in GiB (default: the GPU's memory)",
         )
         q.add_argument("--json", metavar="PATH|-", help="write the JSON report ('-' = stdout)")
-    s = sub.add_parser("solve-graph", help="solve a generic pairwise cost problem (JSON file)")
+    s = sub.add_parser(
+        "solve-graph",
+        help="solve a pairwise cost problem: the native JSON or Google's IOPDDL format",
+    )
     s.add_argument("file")
+    s.add_argument(
+        "--time-limit",
+        type=float,
+        default=DEFAULT_TIME_LIMIT_S,
+        metavar="S",
+        help=f"seconds, file reading included (default {DEFAULT_TIME_LIMIT_S:.0f})",
+    )
     return p
 
 
@@ -81,21 +96,47 @@ def _workload(args: argparse.Namespace) -> tuple[OpGraph, Topology]:
 def _limit(args: argparse.Namespace) -> float | None:
     if args.memory_limit is None:
         return None
-    if not args.memory_limit > 0:
-        raise InvalidInputError("--memory-limit", args.memory_limit, "> 0 (GiB)")
-    return args.memory_limit * 2**30
+    return check("memory_limit_gib", args.memory_limit, field="--memory-limit") * 2**30
 
 
 def _emit(data: dict[str, Any], target: str | None) -> bool:
-    """Write JSON to a path or stdout; True when stdout was used (skip the table)."""
+    """Write strict JSON to a path or stdout; True when stdout was used (skip the table)."""
     if target is None:
         return False
-    text = json.dumps(data, indent=1)
+    text = strict_json.dumps(data, indent=1)
     if target == "-":
         print(text)
         return True
-    Path(target).write_text(text + "\n")
+    try:
+        Path(target).write_text(text + "\n")
+    except OSError as err:
+        raise InvalidInputError("--json", target, f"a writable path ({err.strerror})") from None
     return False
+
+
+def _solve_graph(args: argparse.Namespace, start: float) -> dict[str, Any]:
+    """Read FILE (either format), solve within the time left, and describe the answer."""
+    check("time_limit_s", args.time_limit, field="--time-limit")
+    data = strict_json.load_file(args.file, field="FILE", limit="problem_file_bytes")
+    if iopddl.is_iopddl(data):
+        problem = iopddl.parse(data)
+        left = max(0.1, args.time_limit - (time.perf_counter() - start))
+        return iopddl.solve_iopddl(problem, time_limit_s=left)
+    graph = problem_from_json(data)
+    left = max(0.1, args.time_limit - (time.perf_counter() - start))
+    sol = solve(graph, time_limit_s=left)
+    out: dict[str, Any] = {
+        "strategies": sol.strategies,
+        "cost": sol.cost,
+        "status": sol.status,
+        "lower_bound": sol.lower_bound,
+        "gap": sol.gap,
+        "time_s": sol.stats.get("time_s"),
+        "method": sol.stats.get("method"),
+    }
+    if sol.status == "infeasible":
+        out["reason"] = "every assignment has a forbidden (non-finite) cost"
+    return out
 
 
 def _models() -> None:
@@ -148,7 +189,10 @@ def _compare_table(plans: dict[str, Any]) -> str:
 
 def run(argv: list[str]) -> int:
     """Run the CLI; returns the exit code."""
+    start = time.perf_counter()
     args = _parser().parse_args(argv)
+    if getattr(args, "json", None) is not None:
+        strict_json.check_output_path(args.json)  # before any search
     if args.command == "models":
         _models()
     elif args.command == "topologies":
@@ -166,21 +210,7 @@ def run(argv: list[str]) -> int:
         if not _emit(compare_to_json(plans), args.json):
             print(_compare_table(plans))
     else:
-        path = Path(args.file)
-        if not path.is_file():
-            raise InvalidInputError("FILE", args.file, "an existing problem JSON file")
-        problem = load_problem(path.read_bytes())
-        start = time.perf_counter()
-        sol = solve(problem)
-        print(
-            json.dumps(
-                {
-                    "strategies": sol.strategies,
-                    "cost": sol.cost,
-                    "time_s": time.perf_counter() - start,
-                }
-            )
-        )
+        print(strict_json.dumps(_solve_graph(args, start)))
     return 0
 
 
@@ -200,3 +230,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and closed early
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("error: out of memory (the input is too large for this machine)", file=sys.stderr)
+        return EXIT_INTERNAL
+    except Exception as err:  # a bug: still one line, never a traceback
+        text = " ".join(str(err).split())[:200]
+        print(f"internal error: {type(err).__name__}: {text}", file=sys.stderr)
+        return EXIT_INTERNAL

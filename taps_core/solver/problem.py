@@ -6,7 +6,6 @@ combination) but never NaN. Parallel edges are allowed and simply add up.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +13,10 @@ from typing import Any
 import numpy as np
 
 from taps_core.errors import InvalidInputError
+from taps_core.limits import LIMITS, check_size
+from taps_core.strict_json import loads
 
-MAX_PROBLEM_BYTES = 16 * 2**20
+MAX_PROBLEM_BYTES = int(LIMITS["problem_file_bytes"].hi)
 
 
 @dataclass(frozen=True)
@@ -81,42 +82,74 @@ class Solution:
 
 
 def problem_from_json(data: Any) -> CostGraph:
-    """Parse ``{"nodes":[{"name","costs"}],"edges":[{"src","dst","costs"}]}``."""
+    """Parse ``{"nodes":[{"name","costs"}],"edges":[{"src","dst","costs"}]}``.
+
+    Names are strings or integers; costs are finite numbers within +-1e300 (no ``Infinity``:
+    use a large number to forbid a pair). Sizes are bounded by :mod:`taps_core.limits`.
+    """
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         raise InvalidInputError("problem", type(data).__name__, 'an object with a "nodes" list')
+    nodes = data["nodes"]
+    edges_in = data.get("edges", [])
+    if not isinstance(edges_in, list):
+        raise InvalidInputError("edges", edges_in, "a list of edges (or absent)")
+    check_size("problem_nodes", len(nodes), field="nodes length")
+    check_size("problem_edges", len(edges_in), field="edges length")
     costs: dict[str, np.ndarray] = {}
-    for i, node in enumerate(data["nodes"]):
+    top = int(LIMITS["strategies_per_node"].hi)
+    for i, node in enumerate(nodes):
         if not isinstance(node, dict) or "name" not in node or "costs" not in node:
             raise InvalidInputError(f"nodes[{i}]", node, 'an object with "name" and "costs"')
-        name = str(node["name"])
+        name = _name(node["name"], f"nodes[{i}].name")
         if name in costs:
             raise InvalidInputError(f"nodes[{i}].name", name, "unique")
         costs[name] = _numbers(node["costs"], f"nodes[{i}].costs", 1)
+        if len(costs[name]) > top:
+            raise InvalidInputError(f"nodes[{i}].costs", len(costs[name]), f"<= {top} strategies")
+    entries = 0
     edges = []
-    for i, edge in enumerate(data.get("edges", [])):
+    for i, edge in enumerate(edges_in):
         if not isinstance(edge, dict) or not {"src", "dst", "costs"} <= set(edge):
             raise InvalidInputError(f"edges[{i}]", edge, 'an object with "src", "dst", "costs"')
-        edges.append(
-            (str(edge["src"]), str(edge["dst"]), _numbers(edge["costs"], f"edges[{i}].costs", 2))
-        )
+        src = _name(edge["src"], f"edges[{i}].src")
+        dst = _name(edge["dst"], f"edges[{i}].dst")
+        m = _numbers(edge["costs"], f"edges[{i}].costs", 2)
+        entries = check_size("problem_entries", entries + m.size, field="edge cost entries")
+        edges.append((src, dst, m))
     return CostGraph(costs, tuple(edges))
 
 
-def _numbers(value: Any, field_name: str, ndim: int) -> np.ndarray:
+def _name(value: Any, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InvalidInputError(where, value, "a string or an integer")
+    name = str(value) if isinstance(value, str) or abs(value) < 10**18 else ""
+    if not name or len(name) > LIMITS["name_length"].hi:
+        raise InvalidInputError(where, value, "a name of 1 to 256 characters")
+    return name
+
+
+def _numbers(value: Any, where: str, ndim: int) -> np.ndarray:
+    """A non-empty ``ndim``-D list of finite numbers within +-1e300, as floats."""
+    shape_hint = "a non-empty list of numbers" if ndim == 1 else "a non-empty list of rows"
+    if not isinstance(value, list) or not value:
+        raise InvalidInputError(where, value, shape_hint)
+    flat = value if ndim == 1 else [x for row in value if isinstance(row, list) for x in row]
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in flat):
+        raise InvalidInputError(where, value, f"a {ndim}-D list of numbers")
     try:
         arr = np.array(value, dtype=float)
-    except (TypeError, ValueError):
-        raise InvalidInputError(field_name, value, f"a {ndim}-D list of numbers") from None
+    except (ValueError, OverflowError, TypeError):
+        raise InvalidInputError(
+            where, value, f"a rectangular {ndim}-D list of numbers within float range"
+        ) from None
     if arr.ndim != ndim or arr.size == 0:
-        raise InvalidInputError(field_name, value, f"a non-empty {ndim}-D list of numbers")
+        raise InvalidInputError(where, value, f"a non-empty {ndim}-D list of numbers")
+    bound = LIMITS["cost"].hi
+    if not (np.abs(arr) <= bound).all():
+        raise InvalidInputError(where, value, f"finite numbers within +-{bound:g}")
     return arr
 
 
 def load_problem(text: str | bytes) -> CostGraph:
-    """Parse problem JSON text (bounded size)."""
-    if len(text) > MAX_PROBLEM_BYTES:
-        raise InvalidInputError("problem file size", len(text), f"<= {MAX_PROBLEM_BYTES} bytes")
-    try:
-        return problem_from_json(json.loads(text))
-    except json.JSONDecodeError as err:
-        raise InvalidInputError("problem JSON", str(err), "valid JSON") from None
+    """Parse problem JSON text (bounded size and depth, strict JSON)."""
+    return problem_from_json(loads(text, field="problem", limit="problem_file_bytes"))
