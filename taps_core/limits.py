@@ -82,9 +82,9 @@ LIMITS: dict[str, Bound] = {
     "memory_limit_gib": Bound(0, 1_048_576, "GiB per device", integer=False, lo_open=True),
     # ---- clusters ----------------------------------------------------------------------------
     "preset_nodes": Bound(1, 512, "hosts"),
-    "hosts": Bound(1, 4096, "hosts"),
-    "gpus_per_host": Bound(1, 256, "GPUs"),
-    "gpus": Bound(1, 32_768, "GPUs"),
+    "hosts": Bound(1, 2048, "hosts"),
+    "gpus_per_host": Bound(1, 128, "GPUs"),
+    "gpus": Bound(1, 8192, "GPUs"),  # twice the largest preset (dgx-a100:512)
     "devices": Bound(1, 200_000, "devices"),
     "links": Bound(0, 1_000_000, "links"),
     "bandwidth_Bps": Bound(0, 1e15, "bytes/s per direction", integer=False, lo_open=True),

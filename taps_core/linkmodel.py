@@ -19,6 +19,7 @@ from scipy.sparse.csgraph import dijkstra
 from taps_core.topology import Topology
 
 PATTERNS = ("ring", "pairs")
+PRED_ELEMENTS = 1 << 26  # shortest-path tree entries kept at once (int32: 256 MiB)
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,13 @@ class PatternCost:
 
 
 class LinkModel:
-    """Routes and caches patterns on one topology (build once per search)."""
+    """Routes and caches patterns on one topology (build once per search).
+
+    Memory grows with the links, not with GPUs squared: directed links are found by a sorted
+    key lookup, and shortest-path trees are computed from the source GPUs a pattern needs, in
+    batches of at most ``PRED_ELEMENTS`` predecessor entries. When every GPU's tree fits in
+    that budget (all presets do), the trees are kept for the next patterns.
+    """
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -49,24 +56,39 @@ class LinkModel:
             self.links.append((link.src, link.dst, link))
             self.links.append((link.dst, link.src, link))
         n = len(names)
-        self.link_id = np.full((n, n), -1, dtype=np.int64)
-        rows, cols, weights = [], [], []
-        for i, (u, v, link) in enumerate(self.links):
-            a, b = self.index[u], self.index[v]
-            self.link_id[a, b] = i
-            rows.append(a)
-            cols.append(b)
-            # fewest hops first; among equal hops the faster link (tiny tie-break)
-            weights.append(1.0 + 1e-3 * 1e9 / link.bandwidth_Bps)
-        adj = csr_matrix((weights, (rows, cols)), shape=(n, n))
+        self._n = n
+        rows = np.array([self.index[u] for u, _, _ in self.links], dtype=np.int64)
+        cols = np.array([self.index[v] for _, v, _ in self.links], dtype=np.int64)
+        # fewest hops first; among equal hops the faster link (tiny tie-break)
+        weights = [1.0 + 1e-3 * 1e9 / link.bandwidth_Bps for _, _, link in self.links]
+        self._adj = csr_matrix((weights, (rows, cols)), shape=(n, n))
+        # (a * n + b) -> directed link id; a repeated pair maps to its last link, as before
+        keys = rows * n + cols
+        order = np.argsort(keys, kind="stable")
+        self._keys = keys[order]
+        self._ids = order
         self.gpu_idx = np.array([self.index[g] for g in topology.gpus])
-        _, self.pred = dijkstra(adj, indices=self.gpu_idx, return_predecessors=True)
+        self._pred: np.ndarray | None = None  # [GPU rank, device] trees of every GPU (cached)
         self.capacity_Bps = np.array(
             [link.bandwidth_Bps * topology.efficiency_of(link.kind) for _, _, link in self.links]
         )
         self.latency_s = np.array([link.latency_s for _, _, link in self.links])
         self.is_inter = np.array([link.kind == "network" for _, _, link in self.links])
         self._cache: dict[tuple[str, int, str], PatternCost] = {}
+
+    def link_ids(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Directed link ids of the device pairs ``a[i] -> b[i]`` (which must be linked)."""
+        keys = a.astype(np.int64) * self._n + b
+        return self._ids[np.searchsorted(self._keys, keys, side="right") - 1]
+
+    def _trees(self, ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shortest-path predecessors from the GPUs ``ranks``: (trees, row of each rank)."""
+        if self._pred is None and len(self.gpu_idx) * self._n <= PRED_ELEMENTS:
+            _, self._pred = dijkstra(self._adj, indices=self.gpu_idx, return_predecessors=True)
+        if self._pred is not None:
+            return self._pred, ranks
+        _, pred = dijkstra(self._adj, indices=self.gpu_idx[ranks], return_predecessors=True)
+        return pred, np.arange(len(ranks))
 
     @property
     def mesh_shape(self) -> tuple[int, int]:
@@ -92,21 +114,33 @@ class LinkModel:
     def _route(
         self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray
     ) -> tuple[np.ndarray, float]:
-        """Add ``weight`` along every src->dst GPU path; return link loads and max path latency."""
+        """Add ``weight`` along every src->dst GPU path; return link loads and max path latency.
+
+        Flows are walked back from their destinations in batches of source GPUs whose trees
+        fit in ``PRED_ELEMENTS`` numbers.
+        """
         loads = np.zeros(len(self.links))
         latency = np.zeros(len(src))
-        cur = self.gpu_idx[dst]
-        rank = src
-        target = self.gpu_idx[src]
-        active = cur != target
-        while active.any():
-            prev = self.pred[rank[active], cur[active]]
-            ids = self.link_id[prev, cur[active]]
-            np.add.at(loads, ids, weight[active])
-            latency[active] += self.latency_s[ids]
-            cur = cur.copy()
-            cur[active] = prev
+        sources = np.unique(src)
+        batch = max(1, PRED_ELEMENTS // max(self._n, 1))
+        for start in range(0, len(sources), batch):
+            group = sources[start : start + batch]
+            pred, rows = self._trees(group)
+            at = np.searchsorted(group, src)  # position of each flow's source in the group
+            mine = (at < len(group)) & (group[np.minimum(at, len(group) - 1)] == src)
+            flows = np.flatnonzero(mine)
+            cur = self.gpu_idx[dst[flows]]
+            target = self.gpu_idx[src[flows]]
+            tree = rows[at[flows]]
             active = cur != target
+            while active.any():
+                prev = pred[tree[active], cur[active]]
+                ids = self.link_ids(prev, cur[active])
+                np.add.at(loads, ids, weight[flows[active]])
+                latency[flows[active]] += self.latency_s[ids]
+                cur = cur.copy()
+                cur[active] = prev
+                active = cur != target
         return loads, float(latency.max(initial=0.0))
 
     def pattern(self, level: str, q: int, kind: str) -> PatternCost:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from taps_core.errors import InvalidInputError
+from taps_core.limits import LIMITS, check
 from taps_core.topology import A100_40GB_PCIE, A100_80GB, H100_80GB, Topology, build_cluster
 
 
@@ -91,7 +92,7 @@ PRESETS: dict[str, tuple[Callable[[int], Topology], str]] = {
     "ethernet": (_ethernet, "dgx-a100 boxes with one 12.5 GB/s (100 GbE) NIC per node"),
 }
 
-MAX_PRESET_NODES = 512
+MAX_PRESET_NODES = int(LIMITS["preset_nodes"].hi)
 
 
 def preset(spec: str) -> Topology:
@@ -105,6 +106,5 @@ def preset(spec: str) -> Topology:
         nodes = int(count) if count else 1
     except ValueError:
         raise InvalidInputError("topology", spec, "'name:NODES' with NODES an integer") from None
-    if not 1 <= nodes <= MAX_PRESET_NODES:
-        raise InvalidInputError("topology nodes", nodes, f"between 1 and {MAX_PRESET_NODES}")
+    check("preset_nodes", nodes, field="topology nodes")
     return PRESETS[name][0](nodes)

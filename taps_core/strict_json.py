@@ -35,7 +35,7 @@ def read_file(path: str | Path, *, field: str, limit: str) -> bytes:
     p = Path(path)
     try:
         info = p.stat()
-    except OSError:
+    except (OSError, ValueError):  # missing, unreadable, too long, an embedded NUL byte
         raise InvalidInputError(field, str(path), "an existing, readable file") from None
     if not stat.S_ISREG(info.st_mode):
         raise InvalidInputError(field, str(path), "a regular file (not a directory or device)")
@@ -48,6 +48,14 @@ def read_file(path: str | Path, *, field: str, limit: str) -> bytes:
         raise InvalidInputError(field, str(path), f"a readable file ({err.strerror})") from None
     check_size(limit, len(data), field=f"{field} size")
     return data
+
+
+def is_file(spec: str | Path) -> bool:
+    """``Path(spec).is_file()`` that says False (never raises) for impossible paths."""
+    try:
+        return Path(spec).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def max_depth(data: bytes, *, stop_above: int | None = None) -> int:

@@ -7,11 +7,13 @@ GPUs are grouped into hosts (nodes). The device mesh the planner uses has two le
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
-from taps_core.errors import InvalidInputError, check_positive
+from taps_core.errors import InvalidInputError
+from taps_core.limits import check, check_size
 
 LINK_KINDS = ("nvlink", "pcie", "network")
 DEVICE_KINDS = ("gpu", "nvswitch", "pcie_switch", "nic", "network_switch")
@@ -124,9 +126,11 @@ class Topology:
 
 def validate(topology: Topology) -> Topology:
     """Check names, kinds, bandwidths, connectivity and equal hosts; return the topology."""
+    check_size("devices", len(topology.devices), field="devices")
+    check_size("links", len(topology.links), field="links")
     names = [d.name for d in topology.devices]
     if len(set(names)) != len(names):
-        dup = next(n for n in names if names.count(n) > 1)
+        dup = next(n for n, c in Counter(names).items() if c > 1)
         raise InvalidInputError("devices[].name", dup, "unique")
     for d in topology.devices:
         if d.kind not in DEVICE_KINDS:
@@ -145,20 +149,19 @@ def validate(topology: Topology) -> Topology:
             raise InvalidInputError(f"{where}", link.src, "a link between two different devices")
         if link.kind not in LINK_KINDS:
             raise InvalidInputError(f"{where}.kind", link.kind, f"one of {LINK_KINDS}")
-        check_positive(f"{where}.bandwidth_Bps", link.bandwidth_Bps)
-        check_positive(f"{where}.latency_s", link.latency_s, allow_zero=True)
+        check("bandwidth_Bps", link.bandwidth_Bps, field=f"{where}.bandwidth_Bps")
+        check("latency_s", link.latency_s, field=f"{where}.latency_s")
     for kind, eff in topology.efficiency:
         if not 0 < eff <= 1:
             raise InvalidInputError(f"efficiency.{kind}", eff, "in (0, 1]")
     if not 0 < topology.compute_efficiency <= 1:
         raise InvalidInputError("compute_efficiency", topology.compute_efficiency, "in (0, 1]")
-    check_positive("gpu.memory_bytes", topology.gpu.memory_bytes)
-    check_positive("gpu.peak_flops", topology.gpu.peak_flops)
-    check_positive("gpu.hbm_bandwidth_Bps", topology.gpu.hbm_bandwidth_Bps)
-    per_host: dict[int, int] = {}
-    for d in topology.devices:
-        if d.kind == "gpu":
-            per_host[d.host] = per_host.get(d.host, 0) + 1  # type: ignore[index]
+    for key in ("memory_bytes", "peak_flops", "hbm_bandwidth_Bps"):
+        check(f"gpu.{key}", getattr(topology.gpu, key))
+    per_host = Counter(d.host for d in topology.devices if d.kind == "gpu")
+    check_size("hosts", len(per_host), field="hosts")
+    check_size("gpus", sum(per_host.values()), field="GPUs")
+    check_size("gpus_per_host", max(per_host.values()), field="GPUs on one host")
     if len(set(per_host.values())) > 1:
         raise InvalidInputError("devices", per_host, "the same number of GPUs on every host")
     graph = to_graph(topology)
@@ -206,11 +209,10 @@ def build_cluster(
     NVLink bridges between GPU pairs (0-1, 2-3, ...). Each GPU reaches NIC
     ``gpu * nics_per_node // gpus_per_node`` over PCIe; NICs meet at a non-blocking switch.
     """
-    from taps_core.errors import check_positive_int
-
-    check_positive_int("nodes", nodes)
-    check_positive_int("gpus_per_node", gpus_per_node)
-    check_positive_int("nics_per_node", nics_per_node)
+    check("hosts", nodes, field="nodes")
+    check("gpus_per_host", gpus_per_node, field="gpus_per_node")
+    check("gpus", nodes * gpus_per_node, field="nodes x gpus_per_node")
+    check("gpus_per_host", nics_per_node, field="nics_per_node")
     if intra not in ("nvswitch", "pcie"):
         raise InvalidInputError("intra", intra, "'nvswitch' or 'pcie'")
     if nics_per_node > gpus_per_node:
@@ -222,7 +224,7 @@ def build_cluster(
         ("pcie_bandwidth_Bps", pcie_bandwidth_Bps),
         ("nic_bandwidth_Bps", nic_bandwidth_Bps),
     ):
-        check_positive(label, value)
+        check("bandwidth_Bps", value, field=label)
     devices: list[Device] = []
     links: list[Link] = []
     multi = nodes > 1

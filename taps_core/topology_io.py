@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections import Counter
 from typing import Any
 
+from taps_core import strict_json
 from taps_core.errors import InvalidInputError
+from taps_core.limits import LIMITS, check, check_size
 from taps_core.presets import preset
 from taps_core.topology import Device, GpuSpec, Link, Topology, validate
 
 FORMAT = "taps-topology/1"
-MAX_FILE_BYTES = 8 * 2**20
+MAX_FILE_BYTES = int(LIMITS["topology_file_bytes"].hi)
 
 
 def to_dict(topology: Topology) -> dict[str, Any]:
@@ -41,12 +43,61 @@ def to_dict(topology: Topology) -> dict[str, Any]:
     }
 
 
-def _field(obj: dict[str, Any], key: str, where: str) -> Any:
+def _field(obj: Any, key: str, where: str) -> Any:
     if not isinstance(obj, dict):
         raise InvalidInputError(where, obj, "a JSON object")
     if key not in obj:
         raise InvalidInputError(f"{where}.{key}", None, "present")
     return obj[key]
+
+
+def _text(obj: Any, key: str, where: str) -> str:
+    value = _field(obj, key, where)
+    if not isinstance(value, str) or not 0 < len(value) <= LIMITS["name_length"].hi:
+        raise InvalidInputError(f"{where}.{key}", value, "a string of 1 to 256 characters")
+    return value
+
+
+def _number(obj: Any, key: str, where: str, limit: str) -> float:
+    return float(check(limit, _field(obj, key, where), field=f"{where}.{key}"))
+
+
+def _items(data: dict[str, Any], key: str, limit: str) -> list[Any]:
+    value = _field(data, key, "topology")
+    if not isinstance(value, list):
+        raise InvalidInputError(key, value, "a list")
+    check_size(limit, len(value), field=f"{key} length")
+    return value
+
+
+def _device(d: Any, i: int) -> Device:
+    where = f"devices[{i}]"
+    host = d.get("host") if isinstance(d, dict) else None
+    if host is not None and (isinstance(host, bool) or not isinstance(host, int)):
+        raise InvalidInputError(f"{where}.host", host, "an integer host index (or null)")
+    if host is not None and not 0 <= host < 2**31:
+        raise InvalidInputError(f"{where}.host", host, "an integer in [0, 2**31)")
+    return Device(_text(d, "name", where), _text(d, "kind", where), host)
+
+
+def _link(k: Any, i: int) -> Link:
+    where = f"links[{i}]"
+    return Link(
+        _text(k, "src", where),
+        _text(k, "dst", where),
+        _text(k, "kind", where),
+        _number(k, "bandwidth_Bps", where, "bandwidth_Bps"),
+        _number(k, "latency_s", where, "latency_s"),
+    )
+
+
+def _check_cluster_size(devices: tuple[Device, ...]) -> None:
+    """Hosts, GPUs per host and GPUs within :mod:`taps_core.limits`, before any graph work."""
+    per_host = Counter(d.host for d in devices if d.kind == "gpu")
+    check_size("hosts", len(per_host), field="hosts (distinct GPU host indices)")
+    check_size("gpus", sum(per_host.values()), field="GPUs")
+    if per_host:
+        check_size("gpus_per_host", max(per_host.values()), field="GPUs on one host")
 
 
 def from_dict(data: dict[str, Any]) -> Topology:
@@ -56,47 +107,38 @@ def from_dict(data: dict[str, Any]) -> Topology:
     fmt = data.get("format", FORMAT)
     if fmt != FORMAT:
         raise InvalidInputError("format", fmt, f"'{FORMAT}'")
+    raw_devices = _items(data, "devices", "devices")
+    raw_links = _items(data, "links", "links")
     g = _field(data, "gpu", "topology")
-    try:
-        gpu = GpuSpec(
-            str(_field(g, "name", "gpu")),
-            float(_field(g, "memory_bytes", "gpu")),
-            float(_field(g, "peak_flops", "gpu")),
-            float(_field(g, "hbm_bandwidth_Bps", "gpu")),
-        )
-        devices = tuple(
-            Device(
-                str(_field(d, "name", f"devices[{i}]")),
-                str(_field(d, "kind", f"devices[{i}]")),
-                None if d.get("host") is None else int(d["host"]),
-            )
-            for i, d in enumerate(_field(data, "devices", "topology"))
-        )
-        links = tuple(
-            Link(
-                str(_field(k, "src", f"links[{i}]")),
-                str(_field(k, "dst", f"links[{i}]")),
-                str(_field(k, "kind", f"links[{i}]")),
-                float(_field(k, "bandwidth_Bps", f"links[{i}]")),
-                float(_field(k, "latency_s", f"links[{i}]")),
-            )
-            for i, k in enumerate(_field(data, "links", "topology"))
-        )
-        eff = data.get("efficiency", {})
-        if not isinstance(eff, dict):
-            raise InvalidInputError("efficiency", eff, "an object of link kind -> fraction")
-        topo = Topology(
-            name=str(data.get("name", "custom")),
-            gpu=gpu,
-            devices=devices,
-            links=links,
-            efficiency=tuple(sorted((str(k), float(v)) for k, v in eff.items())),
-            compute_efficiency=float(data.get("compute_efficiency", 0.5)),
-        )
-    except (TypeError, ValueError, AttributeError) as err:
-        if isinstance(err, InvalidInputError):
-            raise
-        raise InvalidInputError("topology JSON", str(err), "well-typed fields") from err
+    gpu = GpuSpec(
+        _text(g, "name", "gpu"),
+        _number(g, "memory_bytes", "gpu", "gpu.memory_bytes"),
+        _number(g, "peak_flops", "gpu", "gpu.peak_flops"),
+        _number(g, "hbm_bandwidth_Bps", "gpu", "gpu.hbm_bandwidth_Bps"),
+    )
+    devices = tuple(_device(d, i) for i, d in enumerate(raw_devices))
+    _check_cluster_size(devices)
+    links = tuple(_link(k, i) for i, k in enumerate(raw_links))
+    eff = data.get("efficiency", {})
+    if not isinstance(eff, dict):
+        raise InvalidInputError("efficiency", eff, "an object of link kind -> fraction")
+    for kind, value in eff.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise InvalidInputError(f"efficiency.{kind}", value, "a fraction in (0, 1]")
+    compute = data.get("compute_efficiency", 0.5)
+    if isinstance(compute, bool) or not isinstance(compute, (int, float)) or not 0 < compute <= 1:
+        raise InvalidInputError("compute_efficiency", compute, "a fraction in (0, 1]")
+    name = data.get("name", "custom")
+    if not isinstance(name, str):
+        raise InvalidInputError("name", name, "a string")
+    topo = Topology(
+        name=" ".join(name.split())[: int(LIMITS["name_length"].hi)] or "custom",
+        gpu=gpu,
+        devices=devices,
+        links=links,
+        efficiency=tuple(sorted((str(k), float(v)) for k, v in eff.items())),
+        compute_efficiency=float(compute),
+    )
     return validate(topo)
 
 
@@ -106,25 +148,13 @@ def dumps(topology: Topology) -> str:
 
 
 def loads(text: str | bytes) -> Topology:
-    """Parse JSON text (bounded size) into a validated topology."""
-    if len(text) > MAX_FILE_BYTES:
-        raise InvalidInputError("topology file size", len(text), f"<= {MAX_FILE_BYTES} bytes")
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InvalidInputError("topology JSON", str(err).split("\n")[0], "valid JSON") from None
-    return from_dict(data)
+    """Parse JSON text (bounded size and depth, strict JSON) into a validated topology."""
+    return from_dict(strict_json.loads(text, field="topology", limit="topology_file_bytes"))
 
 
 def load_topology(spec: str) -> Topology:
     """A preset spec (``dgx-a100:2``) or the path of a topology JSON file."""
-    path = Path(spec)
-    if spec.endswith(".json") or path.is_file():
-        if not path.is_file():
-            raise InvalidInputError("topology", spec, "an existing JSON file or a preset")
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise InvalidInputError(
-                "topology file size", path.stat().st_size, f"<= {MAX_FILE_BYTES} bytes"
-            )
-        return loads(path.read_bytes())
+    if spec.endswith(".json") or strict_json.is_file(spec):
+        data = strict_json.read_file(spec, field="topology", limit="topology_file_bytes")
+        return loads(data)
     return preset(spec)

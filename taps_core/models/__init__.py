@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from taps_core.errors import InvalidInputError
 from taps_core.graph import OpGraph
 from taps_core.models.config import (
     TRANSFORMER_TYPES,
@@ -14,6 +15,7 @@ from taps_core.models.config import (
 )
 from taps_core.models.transformer import build_transformer
 from taps_core.models.vision import build_mlp, build_resnet
+from taps_core.strict_json import is_file
 
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "sample_models"
 
@@ -35,13 +37,11 @@ def sample_names() -> list[str]:
 
 def load_model_config(spec: str) -> ModelConfig:
     """A sample model name (``gpt2``) or the path of an HF-style config.json."""
-    sample = SAMPLE_DIR / f"{spec}.json"
-    if "/" not in spec and sample.is_file():
+    if "/" not in spec and spec in sample_names():
+        sample = SAMPLE_DIR / f"{spec}.json"
         cfg = load_config_file(sample)
         return cfg if cfg.name == spec else config_from_text(sample.read_bytes(), name=spec)
-    if not spec.endswith(".json") and not Path(spec).is_file():
-        from taps_core.errors import InvalidInputError
-
+    if not spec.endswith(".json") and not is_file(spec):
         raise InvalidInputError("model", spec, f"one of {sample_names()} or a config.json path")
     return load_config_file(spec)
 

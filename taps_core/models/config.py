@@ -6,17 +6,18 @@ and dashboard can override them. Unknown keys are ignored, as transformers does.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from taps_core import strict_json
 from taps_core.errors import InvalidInputError, check_positive_int
+from taps_core.limits import LIMITS, check, check_size
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2}
 TRANSFORMER_TYPES = ("gpt2", "gpt3", "bert", "llama", "mistral", "mixtral")
 FAMILIES = (*TRANSFORMER_TYPES, "mlp", "resnet")
-MAX_CONFIG_BYTES = 1 * 2**20
+MAX_CONFIG_BYTES = int(LIMITS["config_file_bytes"].hi)
 
 
 @dataclass(frozen=True)
@@ -89,35 +90,80 @@ class ModelConfig:
             batch_size=self.batch_size if batch_size is None else batch_size,
             seq_length=self.seq_length if seq_length is None else seq_length,
             dtype=self.dtype if dtype is None else dtype,
-            flash_attention=(
-                self.flash_attention if flash_attention is None else flash_attention
-            ),
+            flash_attention=(self.flash_attention if flash_attention is None else flash_attention),
         )
         return validate_config(new)
 
 
-_INT_FIELDS = (
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "vocab_size",
-    "max_position_embeddings",
-    "batch_size",
-    "seq_length",
-    "embedding_size",
-    "num_labels",
-    "image_size",
-)
+# every field's JSON type; integers and probabilities are also bounded by taps_core.limits
+_KINDS: dict[str, str] = {
+    "name": "str",
+    "model_type": "str",
+    "hidden_size": "int",
+    "num_hidden_layers": "int",
+    "num_attention_heads": "int",
+    "num_key_value_heads": "int",
+    "intermediate_size": "int",
+    "vocab_size": "int",
+    "max_position_embeddings": "int",
+    "tie_word_embeddings": "bool",
+    "num_local_experts": "int",
+    "num_experts_per_tok": "int",
+    "type_vocab_size": "int",
+    "embedding_size": "int",
+    "hidden_sizes": "ints",
+    "depths": "ints",
+    "num_labels": "int",
+    "image_size": "int",
+    "attention_dropout": "prob",
+    "hidden_dropout": "prob",
+    "batch_size": "int",
+    "seq_length": "int",
+    "dtype": "str",
+    "flash_attention": "bool",
+}
+_INT_FIELDS = tuple(k for k, kind in _KINDS.items() if kind == "int")
+
+
+def _check_kind(key: str, value: Any) -> Any:
+    """``value`` converted for the dataclass (lists become tuples) after a JSON type check."""
+    kind = _KINDS[key]
+    if kind == "str":
+        if not isinstance(value, str):
+            raise InvalidInputError(key, value, "a string")
+        return value
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise InvalidInputError(key, value, "true or false")
+        return value
+    if kind == "ints":
+        if not isinstance(value, list) or not value:
+            raise InvalidInputError(key, value, "a non-empty list of integers")
+        check_size("hidden_sizes.length", len(value), field=f"{key} length")  # stages
+        return tuple(check(key, x, field=f"{key}[{i}]") for i, x in enumerate(value))
+    if kind == "prob":
+        check(key, value)
+        if value >= 1:
+            raise InvalidInputError(key, value, "a probability in [0, 1)")
+        return value
+    return check(key, value)
 
 
 def validate_config(cfg: ModelConfig) -> ModelConfig:
     """Check the fields the graph builders rely on; errors name the field."""
-    if cfg.model_type not in FAMILIES:
+    if not isinstance(cfg.model_type, str) or cfg.model_type not in FAMILIES:
         raise InvalidInputError("model_type", cfg.model_type, f"one of {FAMILIES}")
     for name in _INT_FIELDS:
-        check_positive_int(name, getattr(cfg, name))
-    if cfg.dtype not in DTYPE_BYTES:
+        value = getattr(cfg, name)
+        if value is not None:
+            check(name, value)
+    if not isinstance(cfg.dtype, str) or cfg.dtype not in DTYPE_BYTES:
         raise InvalidInputError("dtype", cfg.dtype, f"one of {sorted(DTYPE_BYTES)}")
+    check("tokens_per_step", cfg.batch_size * cfg.seq_length, field="batch_size x seq_length")
+    if cfg.model_type == "resnet":
+        for key in ("hidden_sizes", "depths"):
+            _check_kind(key, list(getattr(cfg, key)))
+        check_size("depths.total", sum(cfg.depths), field="sum of depths")
     if cfg.model_type in TRANSFORMER_TYPES:
         if cfg.hidden_size % cfg.num_attention_heads:
             raise InvalidInputError(
@@ -175,58 +221,30 @@ def config_from_dict(data: dict[str, Any], *, name: str | None = None) -> ModelC
     if mtype is None:
         raise InvalidInputError("model_type", None, f"present, one of {FAMILIES}")
     fields = {f for f in ModelConfig.__dataclass_fields__}
-    kwargs: dict[str, Any] = {k: v for k, v in raw.items() if k in fields and v is not None}
-    for key in ("hidden_sizes", "depths"):
-        if key in kwargs:
-            if not isinstance(kwargs[key], list):
-                raise InvalidInputError(key, kwargs[key], "a list of integers")
-            kwargs[key] = tuple(kwargs[key])
-    if isinstance(kwargs.get("intermediate_size"), bool):
-        raise InvalidInputError("intermediate_size", kwargs["intermediate_size"], "an integer")
-    kwargs["name"] = str(name or raw.get("name") or raw.get("_name_or_path") or mtype)
+    kwargs: dict[str, Any] = {
+        k: _check_kind(k, v) for k, v in raw.items() if k in fields and v is not None
+    }
+    label = name or raw.get("name") or raw.get("_name_or_path") or mtype
+    kwargs["name"] = " ".join(str(label).split())[: int(LIMITS["name_length"].hi)] or mtype
     try:
         cfg = ModelConfig(**kwargs)
     except TypeError as err:
         raise InvalidInputError("model config", str(err), "known fields") from None
-    for key in ("num_key_value_heads", "intermediate_size"):
-        value = getattr(cfg, key)
-        if value is not None:
-            check_positive_int(key, value)
-    if cfg.num_local_experts:
-        check_positive_int("num_local_experts", cfg.num_local_experts)
-    for key in ("attention_dropout", "hidden_dropout"):
-        value = getattr(cfg, key)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1
-        ):
-            raise InvalidInputError(key, value, "a probability in [0, 1)")
-    if not isinstance(cfg.flash_attention, bool):
-        raise InvalidInputError("flash_attention", cfg.flash_attention, "true or false")
     return validate_config(cfg)
 
 
 def load_config_file(path: str | Path) -> ModelConfig:
-    """Parse a config.json file (bounded size; plain JSON only, never code)."""
+    """Parse a config.json file (size checked before reading; plain JSON only, never code)."""
     p = Path(path)
-    if not p.is_file():
+    if not strict_json.is_file(p):
         raise InvalidInputError(
             "model", str(path), "a sample model name or an existing config.json"
         )
-    if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise InvalidInputError(
-            "model config size", p.stat().st_size, f"<= {MAX_CONFIG_BYTES} bytes"
-        )
-    return config_from_text(p.read_bytes(), name=p.stem if p.stem != "config" else None)
+    data = strict_json.read_file(p, field="model config", limit="config_file_bytes")
+    return config_from_text(data, name=p.stem if p.stem != "config" else None)
 
 
 def config_from_text(text: str | bytes, *, name: str | None = None) -> ModelConfig:
-    """Parse config JSON text (e.g. an upload)."""
-    if len(text) > MAX_CONFIG_BYTES:
-        raise InvalidInputError("model config size", len(text), f"<= {MAX_CONFIG_BYTES} bytes")
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise InvalidInputError(
-            "model config JSON", str(err).split("\n")[0], "valid JSON"
-        ) from None
+    """Parse config JSON text (e.g. an upload): bounded size and depth, strict JSON."""
+    data = strict_json.loads(text, field="model config", limit="config_file_bytes")
     return config_from_dict(data, name=name)
