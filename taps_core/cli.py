@@ -210,7 +210,11 @@ def run(argv: list[str]) -> int:
         if not _emit(compare_to_json(plans), args.json):
             print(_compare_table(plans))
     else:
-        print(strict_json.dumps(_solve_graph(args, start)))
+        result = _solve_graph(args, start)
+        print(strict_json.dumps(result))
+        if result["status"] == "infeasible":  # the answer is still on stdout, with its reason
+            print(f"no solution: {result.get('reason', 'infeasible')}", file=sys.stderr)
+            return EXIT_BAD_INPUT
     return 0
 
 
