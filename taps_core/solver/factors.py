@@ -26,6 +26,7 @@ from taps_core.solver.series import min_plus
 Scope = tuple[int, ...]
 SIZE_CAP = 1 << 62  # products of strategy counts are capped here (compared, never allocated)
 BLOCK_ELEMENTS = 1 << 22  # numbers summed per vectorised step of one elimination (32 MiB)
+SHRINK_ARITY = 3  # widest table a ``shrink_only`` elimination may leave for the ILP
 
 
 @dataclass
@@ -109,9 +110,10 @@ def _size(domains: list[int], vars_: Iterable[int]) -> int:
 def plan(p: FactorProblem, keep: set[int], budget: Budget, *, shrink_only: bool = False) -> Plan:
     """Greedy min-weight order within ``budget`` (structure only, no arithmetic).
 
-    ``shrink_only`` eliminates a variable only when its new table is no larger than what it
-    replaces (its unary vector and every table mentioning it), or tiny: the problem left for an
-    exact kernel solver then never grows.
+    ``shrink_only`` eliminates a variable only when its new table spans at most
+    ``SHRINK_ARITY`` variables and is no larger than what it replaces (its unary vector and
+    every table mentioning it), or tiny: the problem left for an exact kernel solver then
+    never grows.
     """
     nbrs = _neighbours(p)
     dom = p.domains
@@ -127,10 +129,12 @@ def plan(p: FactorProblem, keep: set[int], budget: Budget, *, shrink_only: bool 
     def allowed(v: int, size: int) -> bool:
         if size > budget.table_elements or size * dom[v] > budget.step_work:
             return False
-        if not shrink_only or size <= 64:
+        if not shrink_only:
             return True
+        if len(nbrs[v]) > SHRINK_ARITY:
+            return False  # wide tables make the ILP's relaxation slow, whatever their size
         replaced = dom[v] + sum(_size(dom, s) for s in scopes[v])
-        return size <= replaced
+        return size <= max(replaced, 64)
 
     heap = [(key(v), v) for v in range(len(dom)) if alive[v] and v not in keep]
     heapq.heapify(heap)

@@ -24,6 +24,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from taps_core.solver.factors import FactorProblem, Scope
+from taps_core.solver.guarded import run_guarded
 
 
 @dataclass(frozen=True)
@@ -128,26 +129,45 @@ def solve_ilp(
     integrality = np.zeros(n_y)
     integrality[:n_x] = 1
     options: dict[str, float] = {"mip_rel_gap": 1e-12}
-    if time_limit_s is not None:
+    model = (c * scale, a, np.concatenate(lo), np.concatenate(hi), integrality, upper)
+    if time_limit_s is None:
+        out = _milp(model, options, [off[v] for v in alive], [dom[v] for v in alive])
+    else:
         options["time_limit"] = max(time_limit_s, 0.1)
+        args = (model, options, [off[v] for v in alive], [dom[v] for v in alive])
+        out = run_guarded(_milp, args, options["time_limit"])
+    if out is None:
+        return None
+    code, picks, bound = out
+    if code == 2:  # proven infeasible
+        return KernelResult(np.zeros(len(dom), dtype=np.int64), "infeasible", math.inf, "ilp")
+    if picks is None:
+        return None
+    assign = np.zeros(len(dom), dtype=np.int64)
+    assign[alive] = picks
+    bound = bound / scale if np.isfinite(bound) else -math.inf
+    status = "optimal" if code == 0 else "feasible"
+    return KernelResult(assign, status, bound + p.constant, "ilp")
+
+
+def _milp(
+    model: tuple, options: dict[str, float], offsets: list[int], sizes: list[int]
+) -> tuple[int, np.ndarray | None, float]:
+    """HiGHS on the model: (status code, strategy per variable or None, dual bound)."""
+    c, a, lo, hi, integrality, upper = model
     res = milp(
-        c * scale,
-        constraints=LinearConstraint(a, np.concatenate(lo), np.concatenate(hi)),
+        c,
+        constraints=LinearConstraint(a, lo, hi),
         integrality=integrality,
         bounds=Bounds(0, upper),
         options=options,
     )
-    if res.status == 2:  # proven infeasible
-        return KernelResult(np.zeros(len(dom), dtype=np.int64), "infeasible", math.inf, "ilp")
-    if res.x is None:
-        return None
-    assign = np.zeros(len(dom), dtype=np.int64)
-    for v in alive:
-        assign[v] = int(np.argmax(res.x[off[v] : off[v] + dom[v]]))
     bound = getattr(res, "mip_dual_bound", None)
-    bound = float(bound) / scale if bound is not None and np.isfinite(bound) else -math.inf
-    status = "optimal" if res.status == 0 else "feasible"
-    return KernelResult(assign, status, bound + p.constant, "ilp")
+    bound = float(bound) if bound is not None else -math.inf
+    if res.x is None:
+        return res.status, None, bound
+    picks = np.array([int(np.argmax(res.x[o : o + k])) for o, k in zip(offsets, sizes)])
+    return res.status, picks, bound
 
 
 def _incidence(p: FactorProblem, alive: list[int]) -> dict[int, list[tuple[Scope, np.ndarray]]]:

@@ -134,33 +134,58 @@ def solve_with_memory(
         sol = solve(problem, time_limit_s=time_limit_s, budget=budget)
         return _finish(sol, problem, mem, start, "no time step can exceed the limit")
     keep = tuple(names[i] for i in relevant)
-    red = reduce_problem(problem, keep, budget, deadline)
     cap = mem.limit - low[tight]
-    rows = RangeRows(
-        {v: int(row_lo[i]) for v, i in zip(red.keep, relevant)},
-        {v: int(row_hi[i]) for v, i in zip(red.keep, relevant)},
-        {v: use[i] - least[i] for v, i in zip(red.keep, relevant)},
-        cap,
-    )
-    search = _Search(red, rows, deadline, budget)
-    if ilp_size(red.factors, search.vars, rows) <= ILP_MAX_NONZEROS:
-        left = None if time_limit_s is None else max(0.1, 0.6 * (deadline - time.perf_counter()))
-        res = solve_ilp(red.factors, search.vars, rows=rows, time_limit_s=left)
-        if res is not None and res.status == "infeasible":
-            search.infeasible, search.method = True, "ilp"
-        elif res is not None:
-            search.offer(res.assign, "ilp")
-            search.bound = max(search.bound, res.lower_bound)
-            exact_fit = (
-                search.best is not None
-                and search.best_cost <= res.lower_bound + abs(res.lower_bound) * 1e-9
-            )
-            search.optimal = res.status == "optimal" and exact_fit
-    if not (search.optimal or search.infeasible) and time.perf_counter() < deadline:
+
+    def rows_of(red: Reduced) -> RangeRows:
+        return RangeRows(
+            {v: int(row_lo[i]) for v, i in zip(red.keep, relevant)},
+            {v: int(row_hi[i]) for v, i in zip(red.keep, relevant)},
+            {v: use[i] - least[i] for v, i in zip(red.keep, relevant)},
+            cap,
+        )
+
+    # 1. the exact ILP, on the problem with only its leaves folded in (series and table
+    #    eliminations weaken the relaxation), when it is small enough
+    found: tuple[dict[str, int], float] | None = None
+    entries = problem.num_strategies + sum(m.size for _, _, m in problem.edges)
+    if entries * 3 <= ILP_MAX_NONZEROS:
+        light = reduce_problem(problem, keep, budget, deadline, series=False)
+        light_rows = rows_of(light)
+        light_vars = light.alive + light.keep
+        if ilp_size(light.factors, light_vars, light_rows) <= ILP_MAX_NONZEROS:
+            left = None if time_limit_s is None else 0.6 * (deadline - time.perf_counter())
+            res = solve_ilp(light.factors, light_vars, rows=light_rows, time_limit_s=left)
+            if res is not None and res.status == "infeasible":
+                return _infeasible(problem, start, "proven by the ILP")
+            if res is not None:
+                choice = light.recover(res.assign)
+                fits = memory_profile(problem, mem, choice) <= mem.limit
+                if res.status == "optimal" and fits:
+                    cost = problem.total(choice)
+                    sol = Solution(choice, cost, {"method": "ilp"}, lower_bound=cost)
+                    return _finish(sol, problem, mem, start, "exact ILP with memory rows")
+                found = (choice, res.lower_bound)
+    # 2. Lagrangian relaxation on the fully reduced problem
+    red = reduce_problem(problem, keep, budget, deadline)
+    search = _Search(red, rows_of(red), deadline, budget)
+    if found is not None:
+        search.offer(search.assignment(found[0]), "ilp (time limit)")
+        search.bound = max(search.bound, found[1])
+    if time.perf_counter() < deadline:
         search.seed(problem, time_limit_s, deadline)
-    if not (search.optimal or search.infeasible) and time.perf_counter() < deadline:
+    if not search.optimal and time.perf_counter() < deadline:
         search.lagrangian()
     return search.solution(problem, mem, start)
+
+
+def _infeasible(problem: CostGraph, start: float, why: str) -> Solution:
+    choice = dict.fromkeys(problem.node_costs, 0)
+    stats = {
+        "time_s": time.perf_counter() - start,
+        "method": "ilp",
+        "reason": f"no assignment within the memory limit: {why}",
+    }
+    return Solution(choice, math.inf, stats, status="infeasible", lower_bound=math.inf)
 
 
 def _finish(
@@ -188,7 +213,6 @@ class _Search:
         self.best_cost = math.inf
         self.bound = -math.inf
         self.optimal = False
-        self.infeasible = False  # proven by the ILP
         self.method = ""
         self.rounds = 0
         self.messages: dict = {}  # diffusion messages, carried from round to round
@@ -216,6 +240,13 @@ class _Search:
         if cost < self.best_cost:
             self.best, self.best_cost, self.method = assign.copy(), cost, method
 
+    def assignment(self, choice: dict[str, int]) -> np.ndarray:
+        """The reduced problem's variables set as in a full ``choice``."""
+        assign = np.zeros(len(self.fp.domains), dtype=np.int64)
+        for i, n in enumerate(self.red.names):
+            assign[i] = choice[n]
+        return assign
+
     def seed(self, problem: CostGraph, time_limit_s: float | None, deadline: float) -> None:
         """Solve without the limit (a third of the time left): its lower bound holds here too,
         and its answer, repaired to fit, is a first incumbent."""
@@ -223,9 +254,7 @@ class _Search:
         free = solve(problem, time_limit_s=share, budget=self.budget)
         if free.lower_bound is not None:
             self.bound = max(self.bound, free.lower_bound)
-        assign = np.zeros(len(self.fp.domains), dtype=np.int64)
-        for i, n in enumerate(self.red.names):
-            assign[i] = free.strategies[n]
+        assign = self.assignment(free.strategies)
         if self.fits(assign) and free.status == "optimal":
             self.optimal = True  # the unconstrained optimum fits: nothing can beat it
         self.offer(assign, "unconstrained + repair")
@@ -368,14 +397,12 @@ class _Search:
         stats: dict[str, object] = {"rounds": self.rounds, "kernel_nodes": len(self.vars)}
         if self.best is None:
             choice = dict.fromkeys(problem.node_costs, 0)
-            why = "proven by the ILP" if self.infeasible else "none found in the time limit"
             stats.update(
                 time_s=time.perf_counter() - start,
                 method=self.method or "none",
-                reason=f"no assignment within the memory limit: {why}",
+                reason="no assignment within the memory limit was found in the time limit",
             )
-            bound = math.inf if self.infeasible else self.bound
-            return Solution(choice, math.inf, stats, status="infeasible", lower_bound=bound)
+            return Solution(choice, math.inf, stats, status="infeasible", lower_bound=self.bound)
         choice = self.red.recover(self.best)
         cost = problem.total(choice)
         status = "optimal" if self.optimal else "feasible"

@@ -44,12 +44,21 @@ class Reduced:
 
 
 def reduce_problem(
-    problem: CostGraph, keep: tuple[str, ...], budget: Budget, deadline: float
+    problem: CostGraph,
+    keep: tuple[str, ...],
+    budget: Budget,
+    deadline: float,
+    *,
+    series: bool = True,
 ) -> Reduced:
     """Stages 1-2 of :func:`~taps_core.solver.elimination.solve` on ``problem``; the ``keep``
-    nodes are never eliminated (``Reduced.keep`` lists their variables in the same order)."""
+    nodes are never eliminated (``Reduced.keep`` lists their variables in the same order).
+
+    ``series=False`` folds only leaves and single-strategy nodes, which add no edge: min-plus
+    products and wide tables can make an ILP's relaxation weaker than the original's.
+    """
     st = state_of(problem)
-    eliminate_series(st, frozenset(keep), SeriesBudget(deadline=deadline))
+    eliminate_series(st, frozenset(keep), SeriesBudget(deadline=deadline, series=series))
     names = [n for n in problem.node_costs if n in st.costs]
     idx = {n: i for i, n in enumerate(names)}
     fp = FactorProblem([len(st.costs[n]) for n in names], [st.costs[n] for n in names])
@@ -59,6 +68,8 @@ def reduce_problem(
             if idx[u] < idx[w]:
                 fp.add((idx[u], idx[w]), m)
     kept = {idx[n] for n in keep}
+    if not series:
+        return Reduced(st, names, fp, run(fp, []), [idx[n] for n in keep])
     order = plan(fp, kept, budget)
     if not order.complete:
         order = plan(fp, kept, budget, shrink_only=True)

@@ -39,6 +39,7 @@ class SeriesBudget:
     table_elements: float = float(1 << 23)  # entries of the edge a series step creates
     step_work: float = float(1 << 31)  # S_u * S_v * S_w element operations of one step
     deadline: float = math.inf  # time.perf_counter() value after which nothing is reduced
+    series: bool = True  # False: leaves and single-strategy nodes only (no new edges)
 
 
 @dataclass
@@ -132,7 +133,7 @@ def _work(st: SeriesState, v: str, budget: SeriesBudget) -> float:
     nbrs = st.adj[v]
     if len(st.costs[v]) == 1:  # one strategy: folds into every neighbour, whatever the degree
         return 0.0
-    if len(nbrs) > 2:
+    if len(nbrs) > 2 or (len(nbrs) == 2 and not budget.series):
         return np.inf
     size = float(len(st.costs[v]))
     for u in nbrs:
