@@ -31,6 +31,8 @@ DUAL_STEPS = 12
 RC_BLOCK = "__rc__"
 RC_TOP = "__rc_top__"
 CUT_ROUNDS = 30  # integer programs re-solved with connectivity cuts before giving up
+ILP_REL_GAP = 1e-7  # the chain integer program stops this close to its bound (relative)
+ILP_TIME_LIMIT_S = 30.0  # past this the chain's program answers with its bound (unproven)
 
 
 @dataclass(frozen=True)
@@ -310,6 +312,7 @@ def chain_ilp(
     cost = np.concatenate([block.t, top.t])
     scale = 1e6 / max(float(np.abs(cost).max(initial=0.0)), 1e-300)
     bounds = VarBounds(0, np.concatenate([np.full(na, repeats), np.ones(nq)]))
+    unproven: float | None = None
     for _ in range(CUT_ROUNDS):
         matrix = coo_matrix(
             (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
@@ -320,10 +323,13 @@ def chain_ilp(
             constraints=LinearConstraint(matrix, lo, hi),
             integrality=np.ones(na + nq),
             bounds=bounds,
-            options={"mip_rel_gap": 1e-12},
+            options={"mip_rel_gap": ILP_REL_GAP, "time_limit": ILP_TIME_LIMIT_S},
         )
-        if res.x is None or res.status != 0:
+        if res.x is None or res.status not in (0, 1):
             return None
+        if res.status == 1:  # time limit: a plan, and the program's bound on the optimum
+            dual = getattr(res, "mip_dual_bound", None)
+            unproven = (dual if dual is not None and np.isfinite(dual) else 0.0) / scale
         counts = np.rint(res.x[:na]).astype(int)
         q = int(np.argmax(res.x[na:]))
         start = int(a_q[q])
@@ -342,7 +348,10 @@ def chain_ilp(
     for i, p in enumerate(path):
         found.append({(k, off + i): v for (k, off), v in fronts.recover(block, p).items()})
     total = float(cost[:na] @ counts + top.t[q])
-    return _assignment(problem, found, chain, total)
+    out = _assignment(problem, found, chain, total)
+    if unproven is not None:
+        out.stats["lower_bound_s"] = unproven
+    return out
 
 
 def _enter_cut(

@@ -76,13 +76,23 @@ def _fit_memory(
             "optimal", bounds.lower, "memory limit binds; optimal by the Lagrangian bound",
             bounds.lam,
         ), fast[1]
-    exact, tried = _deepening(problem, limit, bounds)
+    exact, tried, unproven = _deepening(problem, limit, bounds)
     if exact is None:
         return bounds.best, info(
             "feasible",
             bounds.lower,
             f"memory limit binds; best plan within {gap:.3g} s of the Lagrangian bound "
             f"(the exact front search outgrew its budget at a {tried:.3g} s gap)",
+            bounds.lam,
+        ), fast[1]
+    if unproven is not None:
+        better = exact if exact.cost < bounds.best_time else bounds.best
+        cost = min(exact.cost, bounds.best_time)
+        return better, info(
+            "feasible",
+            unproven,
+            f"memory limit binds; best plan within {cost - unproven:.3g} s of a proven bound "
+            "(the layer-count program hit its time limit)",
             bounds.lam,
         ), fast[1]
     return exact, info(
@@ -104,9 +114,11 @@ class _NoFitError(InfeasibleError):
 
 def _deepening(
     problem: SearchProblem, limit: float, bounds: Bounds
-) -> tuple[Assignment | None, float]:
+) -> tuple[Assignment | None, float, float | None]:
     """Front searches with a growing gap until one proves its answer: a pass keeping every plan
-    within ``g`` of the dual bound is exact once its best time is within ``g`` of it too."""
+    within ``g`` of the dual bound is exact once its best time is within ``g`` of it too.
+
+    Returns (plan, gap tried, lower bound when the plan is not proven optimal)."""
     fs = FrontSearch.prepare(problem, limit, bounds.lam)
     full = bounds.best_time - bounds.lower
     g = full * FIRST_GAP_FRACTION
@@ -114,11 +126,14 @@ def _deepening(
         try:
             found = fs.run(bounds.lower + g)
         except TruncatedError:
-            return None, g
+            return None, g, None
+        if found is not None and "lower_bound_s" in found.stats:
+            # the chain's integer program ran out of time: its bound holds for plans within g
+            return found, g, max(bounds.lower, min(found.stats["lower_bound_s"], bounds.lower + g))
         if found is not None and found.cost - bounds.lower <= g * (1 + 1e-9):
-            return found, g
+            return found, g, None
         if g >= full:
-            return found, g
+            return found, g, None
         g = min(full, g * 4)
 
 
