@@ -31,7 +31,7 @@ from taps_core.solver import CostGraph, ilp, solve
 from taps_core.solver.factors import FactorProblem
 from taps_core.solver.iopddl import FORBIDDEN, IopddlProblem, evaluate, parse, solve_iopddl
 from taps_core.solver.kernel import RangeRows, solve_ilp
-from taps_core.solver.memory import _segments
+from taps_core.solver.memory import segments
 
 SHARDS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -116,7 +116,7 @@ def full_ilp(p: IopddlProblem, time_limit_s: float) -> tuple[float, float | None
     if mem is not None:
         lo = p.intervals[:, 0]
         hi = p.intervals[:, 1]
-        seg = _segments(lo, hi)
+        seg = segments(lo, hi)
         use = [u.astype(float) for u in p.usages]
         rows = RangeRows(
             {i: int(seg.first[i]) for i in range(len(names))},

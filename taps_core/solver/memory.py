@@ -68,7 +68,9 @@ class _Segments:
         return np.cumsum(diff)[: self.count]
 
 
-def _segments(lo: np.ndarray, hi: np.ndarray) -> _Segments:
+def segments(lo: np.ndarray, hi: np.ndarray) -> _Segments:
+    """Compress time steps into segments between consecutive interval ends (``lo``/``hi``:
+    each node's live range ``[lo, hi)``; empty ranges live nowhere)."""
     live = hi > lo
     cuts = np.unique(np.concatenate([lo[live], hi[live]]))
     first = np.where(live, np.searchsorted(cuts, lo), 0)
@@ -81,7 +83,7 @@ def memory_profile(problem: CostGraph, mem: LiveMemory, choice: dict[str, int]) 
     names = list(problem.node_costs)
     lo = np.array([mem.interval[n][0] for n in names], dtype=np.int64)
     hi = np.array([mem.interval[n][1] for n in names], dtype=np.int64)
-    seg = _segments(lo, hi)
+    seg = segments(lo, hi)
     use = np.array([float(mem.usage[n][choice[n]]) for n in names])
     return float(seg.profile(use).max(initial=0.0))
 
@@ -105,7 +107,7 @@ def solve_with_memory(
     names = list(problem.node_costs)
     lo = np.array([mem.interval[n][0] for n in names], dtype=np.int64)
     hi = np.array([mem.interval[n][1] for n in names], dtype=np.int64)
-    seg = _segments(lo, hi)
+    seg = segments(lo, hi)
     allowed = [np.isfinite(problem.node_costs[n]) for n in names]
     use = [np.asarray(mem.usage[n], dtype=float) for n in names]
     least = np.array([u[a].min() if a.any() else u.min() for u, a in zip(use, allowed)])
