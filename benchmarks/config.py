@@ -41,8 +41,12 @@ class BenchConfig:
     ilp_time_limit_s: float = 60.0
     ilp_max_vars: int = 2_500_000  # larger ILPs are not attempted (time limit would hit)
     plain_max_vars: int = 20_000_000  # plain elimination (no layer memo) up to this size
-    # headline (a): the full planner on the largest cluster
-    headline_a: tuple[str, int, int, str] | None = ("gpt3-175b", 96, 128, "dgx-a100:128")
+    # headline (a): the full planner on the largest cluster at Megatron-LM's GPT-3 batch (1536),
+    # against the step Narayanan et al. 2021 measured there (TP 8 x PP 16 x DP 8, 31.5 s)
+    headline_a: tuple[str, int, int, str, int | None] | None = (
+        "gpt3-175b", 96, 128, "dgx-a100:128", 1536
+    )
+    headline_a_measured_s: float | None = 31.5
     # headline (b): DP vs ILP on a small GPT of speed_model (layers, nodes of dgx-a100)
     headline_b: tuple[int, int] = (4, 2)
     headline_b_target: float = 50.0
@@ -66,7 +70,8 @@ QUICK = BenchConfig(
     speed_nodes=(1, 2),
     ilp_time_limit_s=20.0,
     ilp_max_vars=400_000,
-    headline_a=("gpt2", 12, 2, "dgx-a100:2"),
+    headline_a=("gpt2", 12, 2, "dgx-a100:2", None),
+    headline_a_measured_s=None,
     headline_b=(2, 1),
     sweeps=(("gpt2", 2),),
     sweep_points=4,

@@ -35,9 +35,10 @@ class PlanNumbers:
     intra_bytes: float | None = None
     inter_bytes: float | None = None
     status: str = ""
-    bound_gap_s: float | None = None  # step time above the Lagrangian bound (memory binds)
+    bound_gap_s: float | None = None  # step time above the proven lower bound
     summary: str = ""
     reason: str = ""
+    volume_objective_s: float | None = None  # compute + the same phases under the volume model
 
 
 @dataclass
@@ -57,6 +58,9 @@ class QualityRow:
     material: bool = False
     realistic: bool = False
     skipped: str = ""
+    all_optimal: bool | None = None  # every fitting plan's search proved its optimum
+    volume_best_own: bool | None = None  # no fitting plan beats volume's under volume's model
+    taps_fastest: bool | None = None  # TAPS's step time is never above a baseline's
 
     @property
     def key(self) -> str:
@@ -96,6 +100,8 @@ def _numbers(p: Plan | NotFitting) -> PlanNumbers:
         p.search.status,
         None if p.search.lower_bound_s is None else p.total_time_s - p.search.lower_bound_s,
         describe(p),
+        "",
+        p.compute_time_s + p.volume_comm_time_s,
     )
 
 
@@ -132,7 +138,20 @@ def run_scenario(
         elapsed,
         {label: _numbers(plans[label]) for label in BASELINES},
     )
+    fitting = [p for p in plans.values() if isinstance(p, Plan)]
     taps = plans["taps"]
+    if fitting:
+        row.all_optimal = all(p.search.status == "optimal" for p in fitting)
+        volume = plans["volume"]
+        if isinstance(volume, Plan):
+            own = volume.compute_time_s + volume.volume_comm_time_s
+            row.volume_best_own = all(
+                own <= (p.compute_time_s + p.volume_comm_time_s) * (1 + 1e-7) for p in fitting
+            )
+        if isinstance(taps, Plan):
+            row.taps_fastest = all(
+                taps.total_time_s <= p.total_time_s * (1 + 1e-7) for p in fitting
+            )
     if isinstance(taps, Plan):
         for label in BASELINES[1:]:
             other = plans[label]
@@ -235,7 +254,19 @@ def summarise(rows: list[QualityRow]) -> dict[str, object]:
     worst = max(bound, key=rel_gap, default=None)
     times = [r.compare_s for r in ran if r.compare_s is not None]
     slowest = max(ran, key=lambda r: r.compare_s or 0.0) if ran else None
+    checked = [r for r in ran if r.all_optimal is not None]
     return {
+        "fair_checks": {
+            "scenarios_with_plans": len(checked),
+            "all_optimal": sum(bool(r.all_optimal) for r in checked),
+            "volume_best_own": sum(bool(r.volume_best_own) for r in checked
+                                   if r.volume_best_own is not None),
+            "with_volume": sum(r.volume_best_own is not None for r in checked),
+            "taps_fastest": sum(bool(r.taps_fastest) for r in checked
+                                if r.taps_fastest is not None),
+            "with_taps": sum(r.taps_fastest is not None for r in checked),
+            "not_optimal": [r.key for r in checked if not r.all_optimal],
+        },
         "scenarios": len(rows),
         "ran": len(ran),
         "skipped": len(rows) - len(ran),

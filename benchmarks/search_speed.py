@@ -17,15 +17,17 @@ import math
 import multiprocessing as mp
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from unittest import mock
 
 from benchmarks.config import BenchConfig, workload
-from taps_core import planner
+from taps_core import constrained, planner
 from taps_core.collectives import TopologyCost
 from taps_core.layered import solve_problem
 from taps_core.linkmodel import LinkModel
+from taps_core.models import build_graph
 from taps_core.presets import preset
+from taps_core.report import describe
 from taps_core.search_problem import SearchProblem, build_problem
 from taps_core.solver import CostGraph, ilp, solve
 
@@ -85,6 +87,12 @@ class HeadlineA:
     unconstrained_dp_s: float
     unconstrained_cost_s: float
     lower_bound_s: float | None
+    compute_s: float = 0.0
+    microbatches: int = 1
+    recomputed_layers: int = 0
+    zero_stages: list[int] = field(default_factory=list)
+    measured_s: float | None = None  # the published step time of this run, when there is one
+    summary: str = ""
 
 
 @dataclass
@@ -205,11 +213,14 @@ def ilp_size(cg: CostGraph) -> int:
 def headline_a(cfg: BenchConfig, log: Callable[[str], None]) -> HeadlineA | None:
     if cfg.headline_a is None:
         return None
-    model, layers, nodes, cluster = cfg.headline_a
+    model, layers, nodes, cluster, batch_override = cfg.headline_a
     topo = preset(cluster)
     graph, batch, _ = workload(model, nodes, layers)
+    if batch_override is not None:
+        batch = batch_override
+        graph = build_graph(graph.meta["config"].with_workload(batch_size=batch))
     solves: list[float] = []
-    real = planner.solve_problem
+    real = constrained.solve_problem
 
     def counted(problem: SearchProblem, weight: float = 0.0):
         start = time.perf_counter()
@@ -218,11 +229,14 @@ def headline_a(cfg: BenchConfig, log: Callable[[str], None]) -> HeadlineA | None
         return out
 
     start = time.perf_counter()
-    with mock.patch.object(planner, "solve_problem", counted):
+    with mock.patch.object(constrained, "solve_problem", counted):
         plan = planner.search(graph, topo, mode=cfg.speed_mode)
     wall = time.perf_counter() - start
-    log(f"headline (a): search {wall:.2f} s ({len(solves)} DP solves)")
-    problem, _, build_s = problem_for(model, layers, nodes, cfg.speed_mode)
+    log(f"headline (a): search {wall:.2f} s ({len(solves)} DP solves), step "
+        f"{plan.total_time_s:.2f} s, status {plan.search.status}")
+    start = time.perf_counter()
+    problem = build_problem(graph, topo, cfg.speed_mode, TopologyCost(LinkModel(topo)))
+    build_s = time.perf_counter() - start
     start = time.perf_counter()
     sol = solve_problem(problem, 0.0)
     dp_s = time.perf_counter() - start
@@ -247,6 +261,12 @@ def headline_a(cfg: BenchConfig, log: Callable[[str], None]) -> HeadlineA | None
         dp_s,
         sol.cost,
         plan.search.lower_bound_s,
+        plan.compute_time_s,
+        plan.microbatches,
+        plan.recomputed_layers,
+        sorted({op.zero for op in plan.ops}),
+        cfg.headline_a_measured_s,
+        describe(plan),
     )
 
 
