@@ -170,7 +170,8 @@ def _milp(
     return res.status, picks, bound
 
 
-def _incidence(p: FactorProblem, alive: list[int]) -> dict[int, list[tuple[Scope, np.ndarray]]]:
+def incidence(p: FactorProblem, alive: list[int]) -> dict[int, list[tuple[Scope, np.ndarray]]]:
+    """The tables that mention each variable of ``alive``."""
     inc: dict[int, list[tuple[Scope, np.ndarray]]] = {v: [] for v in alive}
     for scope, t in p.tables.items():
         for v in scope:
@@ -178,7 +179,7 @@ def _incidence(p: FactorProblem, alive: list[int]) -> dict[int, list[tuple[Scope
     return inc
 
 
-def _local(
+def local_costs(
     v: int, inc: list[tuple[Scope, np.ndarray]], assign: np.ndarray, known: np.ndarray | None
 ) -> np.ndarray:
     """Cost vector of ``v`` given the others' strategies (unknown ones minimised away)."""
@@ -205,11 +206,11 @@ def _local(
 def greedy(p: FactorProblem, alive: list[int]) -> np.ndarray:
     """Assign variables one by one (most connected first), each at its cheapest strategy given
     the ones already assigned (optimistic about the rest)."""
-    inc = _incidence(p, alive)
+    inc = incidence(p, alive)
     assign = np.zeros(len(p.domains), dtype=np.int64)
     known = np.zeros(len(p.domains), dtype=bool)
     for v in sorted(alive, key=lambda v: (-len(inc[v]), v)):
-        local = p.unary[v] + _local(v, inc[v], assign, known)
+        local = p.unary[v] + local_costs(v, inc[v], assign, known)
         assign[v] = int(np.argmin(local))
         known[v] = True
     return assign
@@ -220,7 +221,7 @@ def local_search(
 ) -> np.ndarray:
     """Iterated conditional modes with a work list: move one variable to its best strategy
     while that lowers the cost; a move re-queues the variable's neighbours."""
-    inc = _incidence(p, alive)
+    inc = incidence(p, alive)
     nbrs = {v: sorted({u for s, _ in inc[v] for u in s if u != v}) for v in alive}
     assign = assign.copy()
     queue = deque(alive)
@@ -228,7 +229,7 @@ def local_search(
     while queue:
         v = queue.popleft()
         queued.discard(v)
-        local = p.unary[v] + _local(v, inc[v], assign, None)
+        local = p.unary[v] + local_costs(v, inc[v], assign, None)
         best = int(np.argmin(local))
         if local[best] < local[assign[v]] - 1e-12 * abs(local[assign[v]]):
             assign[v] = best
