@@ -44,12 +44,16 @@ class NotFitting:
 
 
 def _fit_memory(
-    problem: SearchProblem, limit: float, mode: str
+    problem: SearchProblem, limit: float, mode: str, cutoff: float = math.inf
 ) -> tuple[Assignment, SearchInfo, float]:
     """The fastest plan within ``limit`` bytes per device, proven optimal (see
-    :mod:`taps_core.constrained`); the dual gap is reported when a proof is out of reach."""
+    :mod:`taps_core.constrained`); the dual gap is reported when a proof is out of reach.
+    Raises :class:`_SlowerError` when even the unconstrained optimum is not below ``cutoff``
+    (seconds): nothing here can beat a plan already found."""
     start = time.perf_counter()
     fast = evaluate_at(problem, 0.0)
+    if fast[1] >= cutoff * (1 - 1e-12):
+        raise _SlowerError(fast[1])
     algorithm = "dp-layered" if fast[0].stats.get("layered") else "dp-elimination"
     count = problem.num_strategies
 
@@ -102,6 +106,14 @@ def _fit_memory(
         f"{gap:.3g} s dual gap",
         bounds.lam,
     ), fast[1]
+
+
+class _SlowerError(Exception):
+    """The unconstrained optimum (seconds) is no faster than a plan already found."""
+
+    def __init__(self, free_time_s: float) -> None:
+        super().__init__(free_time_s)
+        self.free_time_s = free_time_s
 
 
 class _NoFitError(InfeasibleError):
@@ -207,10 +219,15 @@ def search(
             if free[k] >= best[0] * (1 - 1e-12):
                 continue  # even without a memory limit k micro-batches are slower
         try:
-            sub, sol, info, free[k] = _best_zero_stage(problem, limit, mode)
+            sub, sol, info, free[k] = _best_zero_stage(
+                problem, limit, mode, best[0] if best is not None else math.inf
+            )
         except _NoFitError as err:
             free[k] = err.free_time_s
             error = err if error is None else error
+            continue
+        except _SlowerError as err:
+            free[k] = err.free_time_s
             continue
         explored.append(info)
         memory = memory_of(sub, sol)
@@ -261,7 +278,7 @@ def useful_zero_stages(mode: str, microbatches: int = 1) -> tuple[int, ...]:
 
 
 def _best_zero_stage(
-    problem: SearchProblem, limit: float, mode: str
+    problem: SearchProblem, limit: float, mode: str, cutoff: float = math.inf
 ) -> tuple[SearchProblem, Assignment, SearchInfo, float]:
     """The fastest fitting plan over the plan-wide ZeRO stages (each searched exactly), and
     the unconstrained optimum's time (seconds).
@@ -273,10 +290,14 @@ def _best_zero_stage(
     free = math.inf
     for zero in useful_zero_stages(mode, problem.microbatches):
         sub = problem.restricted(zero)
+        bar = min((x[3] for x in found), default=cutoff)
         try:
-            sol, info, fast = _fit_memory(sub, limit, mode)
+            sol, info, fast = _fit_memory(sub, limit, mode, bar)
         except _NoFitError as err:
             error = err
+            free = min(free, err.free_time_s)
+            continue
+        except _SlowerError as err:
             free = min(free, err.free_time_s)
             continue
         free = min(free, fast)
@@ -284,7 +305,8 @@ def _best_zero_stage(
         if info.status == "optimal" and not info.memory_weight and not info.note:
             break  # the unconstrained optimum fits: no later stage is faster
     if not found:
-        assert error is not None
+        if error is None:
+            raise _SlowerError(free)
         raise _NoFitError(free, str(error))
     best = min(found, key=lambda x: (x[3], memory_of(x[0], x[1])))
     lower = min(
