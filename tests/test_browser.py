@@ -190,7 +190,8 @@ def test_sweep_shows_step_time_without_a_click(server, tab):
         timeout=RUN_TIMEOUT_MS,
     )
     assert tab.get_by_role("button", name="Run the sweep").count() == 0
-    wait_text(tab, "①")  # the first plan change, located and explained in words
+    wait_text(tab, "Because")  # the first plan change, located and explained in words
+    wait_text(tab, "TAPS plan regimes")
     settle(tab)
     text = main_text(tab)
     assert "GB/s per host" in text and "Because" in text
@@ -274,7 +275,7 @@ def test_lower_the_network_the_plan_changes_here_is_why(server, tab):
     shoot(tab, "plan-slow-network")
     # click 2: the sweep shows where the change happens, without another click
     tab.locator('[data-testid="stSidebarNav"] a', has_text="Bandwidth sweep").first.click()
-    wait_text(tab, "①")
+    wait_text(tab, "Because")
     settle(tab)
     shoot(tab, "sweep-slow-network")
 
