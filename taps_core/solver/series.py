@@ -40,6 +40,7 @@ class SeriesBudget:
     step_work: float = float(1 << 31)  # S_u * S_v * S_w element operations of one step
     deadline: float = math.inf  # time.perf_counter() value after which nothing is reduced
     series: bool = True  # False: leaves and single-strategy nodes only (no new edges)
+    stored_elements: float = float(1 << 28)  # argmin entries kept for recovery, all steps
 
 
 @dataclass
@@ -50,6 +51,7 @@ class SeriesState:
     adj: dict[str, dict[str, np.ndarray]]  # adj[u][v] has shape [S_u, S_v]
     constant: float = 0.0
     records: list[Record] = field(default_factory=list)
+    stored: int = 0  # entries of the series records' argmin tables
 
     def add_edge(self, u: str, v: str, m: np.ndarray) -> None:
         if v in self.adj[u]:
@@ -140,8 +142,10 @@ def _work(st: SeriesState, v: str, budget: SeriesBudget) -> float:
         size *= len(st.costs[u])
     if size > budget.step_work:
         return np.inf
-    if len(nbrs) == 2 and size / len(st.costs[v]) > budget.table_elements:
-        return np.inf
+    if len(nbrs) == 2:
+        table = size / len(st.costs[v])
+        if table > budget.table_elements or st.stored + table > budget.stored_elements:
+            return np.inf
     return size
 
 
@@ -185,6 +189,9 @@ def eliminate_series(st: SeriesState, keep: frozenset[str], budget: SeriesBudget
         else:
             u, w = nbrs
             out, arg = min_plus(st.adj[v][u].T, c_v, st.adj[v][w])
+            if len(c_v) <= 65536:  # strategy indices in the smallest type that holds them
+                arg = arg.astype(np.uint8 if len(c_v) <= 256 else np.uint16)
+            st.stored += arg.size
             st.records.append(("series", v, u, w, arg))
             st.remove(v)
             st.add_edge(u, w, out)
