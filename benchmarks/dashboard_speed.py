@@ -169,10 +169,10 @@ def report(res: dict[str, list[float]]) -> str:
             "charts drawn (the script run may still be finishing the sections below).",
             "",
             "The cold row includes the server's first imports (~1.3 s of Python: Streamlit, "
-            "plotly, the engine) and the first search; in the browser, parsing Streamlit's plotly chunk "
-            "(4.7 MB of JavaScript) dominates the rest. Figures are sent with a small template "
-            "(2-25 KB of JSON each). On this shared 2-core machine the cold figure varied between "
-            "4.3 and 5.5 s across runs with the load.",
+            "plotly, the engine) and the first search; in the browser, parsing Streamlit's "
+            "plotly chunk (4.7 MB of JavaScript) dominates the rest. Figures are sent with a "
+            "small template (2-25 KB of JSON each). On this shared 2-core machine the cold "
+            "figure varied between 4.3 and 5.5 s across runs with the load.",
             "",
         ]
     )
