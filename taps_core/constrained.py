@@ -14,6 +14,7 @@ repeated squaring (a front product per squaring), as the plain DP does with min-
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -204,7 +205,9 @@ class FrontSearch:
             problem, limit, lam, sched, chain, least, fronts.backward_outsides(sched, values)
         )
 
-    def run(self, best_time: float, *, squaring: bool = False) -> Assignment | None:
+    def run(
+        self, best_time: float, *, squaring: bool = False, deadline: float = float("inf")
+    ) -> Assignment | None:
         """The fastest plan within the limit among those no slower than ``best_time`` (None if
         none). Raises :class:`~taps_core.solver.fronts.TruncatedError` past the budget.
 
@@ -213,7 +216,7 @@ class FrontSearch:
         mixed layers grow fast: a cross-check for small problems)."""
         problem, limit = self.problem, self.limit
         floors = sum(problem.min_memory(n) for n in problem.option_time)
-        rules = Rules(self.lam, best_time + self.lam * limit, limit, floors)
+        rules = Rules(self.lam, best_time + self.lam * limit, limit, floors, deadline)
         if self.least > rules.target + rules.slack():
             return None
         tables: dict[int, FrontTable] = {}
@@ -244,7 +247,8 @@ class FrontSearch:
             self.schedule, tables, self.outsides, rules, (marks["block"], marks["top"])
         )
         return chain_ilp(
-            problem, self.chain, made[marks["block"]], made[marks["top"]], limit, best_time
+            problem, self.chain, made[marks["block"]], made[marks["top"]], limit, best_time,
+            deadline,
         )
 
 
@@ -262,6 +266,7 @@ def chain_ilp(
     top: FrontTable,
     limit: float,
     best_time: float,
+    deadline: float = float("inf"),
 ) -> Assignment | None:
     """The fastest plan from the layer's and the rest's fronts: how many layers take each
     (entry layout, exit layout, time, memory) point of the layer, and which point of the rest,
@@ -323,7 +328,10 @@ def chain_ilp(
             constraints=LinearConstraint(matrix, lo, hi),
             integrality=np.ones(na + nq),
             bounds=bounds,
-            options={"mip_rel_gap": ILP_REL_GAP, "time_limit": ILP_TIME_LIMIT_S},
+            options={
+                "mip_rel_gap": ILP_REL_GAP,
+                "time_limit": max(1.0, min(ILP_TIME_LIMIT_S, deadline - time.perf_counter())),
+            },
         )
         if res.x is None or res.status not in (0, 1):
             return None

@@ -32,6 +32,7 @@ BASELINES = ("taps", "volume", "megatron", "data_parallel")
 LEANEST_WEIGHT = 1e-3  # seconds per byte: memory dominates, time only breaks ties
 PROOF_TOLERANCE = 1e-9  # a plan within this fraction of the dual bound is proven optimal
 FIRST_GAP_FRACTION = 1 / 64  # the first front search keeps points this close to the bound
+DEFAULT_TIME_BUDGET_S = 60.0  # the exact memory-bound search reports its gap past this
 GiB = 2**30
 
 
@@ -44,7 +45,11 @@ class NotFitting:
 
 
 def _fit_memory(
-    problem: SearchProblem, limit: float, mode: str, cutoff: float = math.inf
+    problem: SearchProblem,
+    limit: float,
+    mode: str,
+    cutoff: float = math.inf,
+    deadline: float = math.inf,
 ) -> tuple[Assignment, SearchInfo, float]:
     """The fastest plan within ``limit`` bytes per device, proven optimal (see
     :mod:`taps_core.constrained`); the dual gap is reported when a proof is out of reach.
@@ -80,13 +85,13 @@ def _fit_memory(
             "optimal", bounds.lower, "memory limit binds; optimal by the Lagrangian bound",
             bounds.lam,
         ), fast[1]
-    exact, tried, unproven = _deepening(problem, limit, bounds)
+    exact, tried, unproven = _deepening(problem, limit, bounds, deadline)
     if exact is None:
         return bounds.best, info(
             "feasible",
             bounds.lower,
             f"memory limit binds; best plan within {gap:.3g} s of the Lagrangian bound "
-            f"(the exact front search outgrew its budget at a {tried:.3g} s gap)",
+            f"(the exact front search outgrew its budget or time at a {tried:.3g} s gap)",
             bounds.lam,
         ), fast[1]
     if unproven is not None:
@@ -125,7 +130,7 @@ class _NoFitError(InfeasibleError):
 
 
 def _deepening(
-    problem: SearchProblem, limit: float, bounds: Bounds
+    problem: SearchProblem, limit: float, bounds: Bounds, deadline: float = math.inf
 ) -> tuple[Assignment | None, float, float | None]:
     """Front searches with a growing gap until one proves its answer: a pass keeping every plan
     within ``g`` of the dual bound is exact once its best time is within ``g`` of it too.
@@ -136,7 +141,7 @@ def _deepening(
     g = full * FIRST_GAP_FRACTION
     while True:
         try:
-            found = fs.run(bounds.lower + g)
+            found = fs.run(bounds.lower + g, deadline=deadline)
         except TruncatedError:
             return None, g, None
         if found is not None and "lower_bound_s" in found.stats:
@@ -183,10 +188,13 @@ def search(
     allow: StrategyFilter | None = None,
     label: str = "taps",
     links: LinkModel | None = None,
+    time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
 ) -> Plan:
     """Best plan under ``cost_model`` within ``space`` (and ``allow``), reported topology-aware.
 
     Raises InfeasibleError when no plan fits the memory limit (default: the GPU's memory).
+    The exact search under a binding memory limit stops after ``time_budget_s`` seconds
+    (None: no limit) with the best plan found and a proven lower bound (status "feasible").
     """
     if mode not in MODES:
         raise InvalidInputError("mode", mode, f"one of {MODES}")
@@ -199,15 +207,20 @@ def search(
         raise InvalidInputError("memory_limit", limit, "> 0")
     comm: CommCost = TopologyCost(links) if cost_model == "topology" else VolumeCost()
     start = time.perf_counter()
+    deadline = math.inf if time_budget_s is None else start + time_budget_s
     # gradient accumulation: k micro-batches never run faster than k's divisors do without a
     # memory limit, so a count is searched only while that bound can still beat the best
     free: dict[int, float] = {}
     best: tuple[float, float, int, OpGraph, SearchProblem, Assignment, SearchInfo] | None = None
     explored: list[SearchInfo] = []
     error: InfeasibleError | None = None
+    unexplored: list[float] = []
     for k in microbatch_counts(graph, topology, mode):
         bound = max((free[d] for d in free if k % d == 0), default=0.0)
         if best is not None and bound >= best[0] * (1 - 1e-12):
+            continue
+        if best is not None and time.perf_counter() > deadline:
+            unexplored.append(bound)  # out of time: only its divisors' bound is known
             continue
         g_k = graph if k == 1 else _micro_graph(graph, k)
         problem = build_problem(
@@ -220,7 +233,7 @@ def search(
                 continue  # even without a memory limit k micro-batches are slower
         try:
             sub, sol, info, free[k] = _best_zero_stage(
-                problem, limit, mode, best[0] if best is not None else math.inf
+                problem, limit, mode, best[0] if best is not None else math.inf, deadline
             )
         except _NoFitError as err:
             free[k] = err.free_time_s
@@ -240,10 +253,13 @@ def search(
         raise InfeasibleError(str(error))
     cost, _, k, g_k, problem, sol, info = best
     lower = min(
-        (x.lower_bound_s if x.lower_bound_s is not None else cost) for x in explored
+        [(x.lower_bound_s if x.lower_bound_s is not None else cost) for x in explored]
+        + unexplored
     )
     proven = all(x.status == "optimal" for x in explored) and cost <= lower * (1 + 1e-9)
     note = info.note + (f"; {k} micro-batches" if k > 1 else "")
+    if unexplored:
+        note += f"; {len(unexplored)} micro-batch counts left unsearched (time budget)"
     info = SearchInfo(
         info.algorithm,
         time.perf_counter() - start,
@@ -278,7 +294,11 @@ def useful_zero_stages(mode: str, microbatches: int = 1) -> tuple[int, ...]:
 
 
 def _best_zero_stage(
-    problem: SearchProblem, limit: float, mode: str, cutoff: float = math.inf
+    problem: SearchProblem,
+    limit: float,
+    mode: str,
+    cutoff: float = math.inf,
+    deadline: float = math.inf,
 ) -> tuple[SearchProblem, Assignment, SearchInfo, float]:
     """The fastest fitting plan over the plan-wide ZeRO stages (each searched exactly), and
     the unconstrained optimum's time (seconds).
@@ -292,7 +312,7 @@ def _best_zero_stage(
         sub = problem.restricted(zero)
         bar = min((x[3] for x in found), default=cutoff)
         try:
-            sol, info, fast = _fit_memory(sub, limit, mode, bar)
+            sol, info, fast = _fit_memory(sub, limit, mode, bar, deadline)
         except _NoFitError as err:
             error = err
             free = min(free, err.free_time_s)
@@ -442,6 +462,7 @@ def compare(
     mode: str = "train",
     memory_limit_bytes: float | None = None,
     space: SearchSpace = SearchSpace(),
+    time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
 ) -> dict[str, Plan | NotFitting]:
     """TAPS against the volume-based search, Megatron-style and data-parallel plans.
 
@@ -473,6 +494,7 @@ def compare(
                 space=space,
                 label=label,
                 links=links,
+                time_budget_s=time_budget_s,
                 **kw,
             )  # type: ignore[arg-type]
         except InfeasibleError as err:

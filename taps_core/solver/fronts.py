@@ -24,6 +24,7 @@ make many layers); outsides then take the least over the uses.
 from __future__ import annotations
 
 import itertools
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -351,12 +352,14 @@ class FrontTable:
 
 @dataclass(frozen=True)
 class Rules:
-    """Pruning: multiplier (s/byte), target value (s), memory limit and least total (bytes)."""
+    """Pruning: multiplier (s/byte), target value (s), memory limit and least total (bytes);
+    ``deadline`` (a time.perf_counter() value) past which a pass gives up."""
 
     lam: float
     target: float
     limit: float
     total_floor: float
+    deadline: float = float("inf")
 
     def cap(self, floor: float) -> float:
         """Most memory a table with ``floor`` folded in may hold and still fit."""
@@ -368,8 +371,19 @@ class Rules:
 
 def _segmented_prefix_min(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     """Running minimum of ``values`` within runs of equal ``group`` (inclusive)."""
+    n = len(values)
+    if n == 0:
+        return values.copy()
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    sizes = np.diff(np.r_[starts, n])
+    width = int(sizes.max())
+    if width * len(starts) <= 4 * n + 1024:  # runs of similar length: one padded accumulate
+        rows = np.repeat(np.arange(len(starts)), sizes)
+        cols = np.arange(n) - starts[rows]
+        pad = np.full((len(starts), width), np.inf)
+        pad[rows, cols] = values
+        return np.minimum.accumulate(pad, axis=1)[rows, cols]
     out = values.copy()
-    n = len(out)
     shift = 1
     while shift < n:
         same = group[shift:] == group[:-shift]
@@ -395,7 +409,7 @@ def prune(
     idx = np.flatnonzero(keep)
     if len(idx) == 0:
         return idx
-    idx = idx[np.lexsort((t[idx], m[idx], cell[idx]))]
+    idx = idx[np.lexsort((m[idx], cell[idx]))]
     c, tt = cell[idx], t[idx]
     prev = np.empty(len(idx))
     prev[0] = np.inf
@@ -563,6 +577,8 @@ def forward_fronts(
     for st in sched.steps:
         if st.out not in outside or st.out not in needed:
             continue  # not on any path to a wanted table
+        if time.perf_counter() > rules.deadline:
+            raise TruncatedError("the front search ran out of time")
         oz = np.asarray(outside[st.out], dtype=float)
         a = [tab[i] if i >= 0 else None for i in st.args]
         sh = st.shifts or (0,) * len(st.args)
