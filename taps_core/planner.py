@@ -256,7 +256,9 @@ def search(
         [(x.lower_bound_s if x.lower_bound_s is not None else cost) for x in explored]
         + unexplored
     )
-    proven = all(x.status == "optimal" for x in explored) and cost <= lower * (1 + 1e-9)
+    proven = cost <= lower * (1 + 1e-9) and all(
+        x.status == "optimal" or (x.lower_bound_s or 0.0) >= cost * (1 - 1e-9) for x in explored
+    )
     note = info.note + (f"; {k} micro-batches" if k > 1 else "")
     if unexplored:
         note += f"; {len(unexplored)} micro-batch counts left unsearched (time budget)"
@@ -333,7 +335,10 @@ def _best_zero_stage(
         (x[2].lower_bound_s if x[2].lower_bound_s is not None else x[3]) for x in found
     )
     sub, sol, info, cost = best
-    proven = all(x[2].status == "optimal" for x in found) and cost <= lower * (1 + 1e-9)
+    proven = cost <= lower * (1 + 1e-9) and all(
+        x[2].status == "optimal" or (x[2].lower_bound_s or 0.0) >= cost * (1 - 1e-9)
+        for x in found
+    )
     note = info.note
     if len(found) > 1:
         note = (note + "; " if note else "") + (
