@@ -23,7 +23,7 @@ from taps_core.layered import Assignment
 from taps_core.linkmodel import LinkModel
 from taps_core.plan import OpChoice, Plan, SearchInfo, evaluate
 from taps_core.search_problem import SearchProblem, StrategyFilter, build_problem
-from taps_core.solver.fronts import TruncatedError
+from taps_core.solver.fronts import KnotError, TruncatedError
 from taps_core.strategies import Mesh, SearchSpace, Strategy, op_strategies
 from taps_core.topology import Topology
 
@@ -74,9 +74,8 @@ def _fit_memory(
         raise _NoFitError(
             fast[1],
             f"memory: the leanest plan needs {lean[2] / GiB:.3g} GiB per device for {mode}, "
-            f"over the {limit / GiB:.3g} GiB limit; use more GPUs, a smaller batch or more "
-            "micro-batches"
-            + ("" if mode == "infer" else ", or a smaller model")
+            f"over the {limit / GiB:.3g} GiB limit; use more GPUs or a smaller batch"
+            + ("" if mode == "infer" else ", or plan inference")
         )
     bounds = dual_bounds(problem, limit, fast, lean)
     gap = bounds.best_time - bounds.lower
@@ -136,7 +135,10 @@ def _deepening(
     within ``g`` of the dual bound is exact once its best time is within ``g`` of it too.
 
     Returns (plan, gap tried, lower bound when the plan is not proven optimal)."""
-    fs = FrontSearch.prepare(problem, limit, bounds.lam)
+    try:
+        fs = FrontSearch.prepare(problem, limit, bounds.lam)
+    except KnotError:  # no series-parallel schedule: the dual gap stands
+        return None, 0.0, None
     full = bounds.best_time - bounds.lower
     g = full * FIRST_GAP_FRACTION
     while True:
