@@ -25,7 +25,8 @@ from taps_core.solver.problem import CostGraph, Solution
 from taps_core.solver.reduction import Reduced
 
 PeakFn = Callable[[dict[str, int]], float]  # a full assignment's peak memory usage
-MAX_ROUNDS = 200  # Lagrangian iterations (the time limit usually stops it first)
+MAX_ROUNDS = 1000  # Lagrangian iterations (the time limit usually stops it first)
+PATIENCE = 6  # rounds without a better bound before the step halves
 
 
 class LagrangianSearch:
@@ -206,7 +207,7 @@ class LagrangianSearch:
                 self.bound, stale = dual, 0
             else:
                 stale += 1
-                if stale >= 3:
+                if stale >= PATIENCE:
                     theta, stale = theta / 2, 0
             g = self.load(assign) - limit
             if (g <= 0).all():
