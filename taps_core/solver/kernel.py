@@ -185,6 +185,14 @@ def local_costs(
     """Cost vector of ``v`` given the others' strategies (unknown ones minimised away)."""
     total = 0.0
     for scope, t in inc:
+        if len(scope) == 2:  # the common case, without the general indexing below
+            first = scope[0] == v
+            u = scope[1] if first else scope[0]
+            if known is None or known[u]:
+                total = total + (t[:, assign[u]] if first else t[assign[u]])
+            else:
+                total = total + t.min(axis=1 if first else 0)
+            continue
         index: list[object] = []
         free = []
         for axis, u in enumerate(scope):
@@ -270,7 +278,7 @@ def solve_kernel(
         p, alive, deadline=stop, max_sweeps=sweeps, tolerance=tolerance, messages=messages
     )
     best = local_search(p, alive, greedy(rep, alive), deadline=deadline)
-    if not quick:
+    if not quick and time.perf_counter() < deadline:  # a second start, if there is time
         plain = local_search(p, alive, greedy(p, alive), deadline=deadline)
         if p.value(plain) < p.value(best):
             best = plain
