@@ -1,4 +1,4 @@
-"""Command line: ``python -m taps_core {models,topologies,plan,compare,solve-graph}``.
+"""Command line: ``python -m taps_core {models,topologies,plan,compare,solve-graph,export}``.
 
 Bad input prints one line naming the field and exits with code 2; never a traceback. Inputs
 are bounded (:mod:`taps_core.limits`) before any work, ``--json`` targets are checked before
@@ -16,6 +16,7 @@ from typing import Any
 
 from taps_core import strict_json
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
+from taps_core.export import add_export_parser, run_export
 from taps_core.graph import OpGraph
 from taps_core.limits import check
 from taps_core.models import build_graph, load_model_config, sample_names
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="S",
         help=f"seconds, file reading included (default {DEFAULT_TIME_LIMIT_S:.0f})",
     )
+    add_export_parser(sub)
     return p
 
 
@@ -209,6 +211,8 @@ def run(argv: list[str]) -> int:
         plans = compare(graph, topo, mode=args.mode, memory_limit_bytes=_limit(args))
         if not _emit(compare_to_json(plans), args.json):
             print(_compare_table(plans))
+    elif args.command == "export":
+        return run_export(args)
     else:
         result = _solve_graph(args, start)
         print(strict_json.dumps(result))
