@@ -101,14 +101,17 @@ class Stage:
     """One pipeline stage: its layers (inclusive) and its share of the cluster."""
 
     index: int
-    first: int
-    last: int
+    first: int | None  # None: a stage without transformer layers
+    last: int | None
     nodes: int
     gpus: int
 
     @property
     def layers(self) -> int:
-        return self.last - self.first + 1
+        return 0 if self.first is None or self.last is None else self.last - self.first + 1
+
+    def holds(self, layer: int) -> bool:
+        return self.first is not None and self.last is not None and self.first <= layer <= self.last
 
 
 @dataclass(frozen=True)
@@ -287,14 +290,20 @@ def _read_pipeline(raw: Any, where: str) -> Pipeline | None:
     stages = []
     for i, st in enumerate(stages_raw):
         at = f"{where}.stages[{i}]"
-        layers = _field(st, "layers", at, list, "[first, last] layer indices")
-        if (
-            len(layers) != 2
+        if not isinstance(st, dict):
+            raise InvalidInputError(at, st, "an object with layers, nodes and gpus")
+        layers = st.get("layers")
+        if layers is None:
+            layers = [None, None]
+        elif (
+            not isinstance(layers, list)
+            or len(layers) != 2
             or not all(isinstance(x, int) and not isinstance(x, bool) for x in layers)
             or layers[0] > layers[1]
         ):
             raise InvalidInputError(f"{at}.layers", layers, "[first, last] with first <= last")
-        nodes = _field(st, "nodes", at, (list, int), "a list of node indices")
+        key = "nodes" if "nodes" in st or "hosts" not in st else "hosts"
+        nodes = _field(st, key, at, (list, int), "a list of node indices")
         gpus = _field(st, "gpus", at, (list, int), "a GPU count or list")
         n_nodes = len(nodes) if isinstance(nodes, list) else nodes
         n_gpus = len(gpus) if isinstance(gpus, list) else gpus
@@ -473,6 +482,7 @@ _ROLE_WORDS = {
     "loss": "the loss only on the vocabulary (vocab-parallel cross entropy)",
 }
 TENSOR_ROLES = frozenset({"embed", "qkv", "core", "out", "up", "act", "down", "head"})
+EDGE_ROLES = frozenset({"embed", "head"})  # Megatron splits them anyway: a note, not a refusal
 SEQUENCE_ROLES = frozenset({"pos", "norm", "add"})
 
 
@@ -663,7 +673,7 @@ def _recompute_per_stage(view: PlanView) -> tuple[list[int], list[int]]:
         layers = sorted({o.layer for o in view.ops if o.layer is not None})
         return [len(done)], [len(layers)]
     return (
-        [sum(st.first <= x <= st.last for x in done) for st in view.pipeline.stages],
+        [sum(st.holds(x) for x in done) for st in view.pipeline.stages],
         [st.layers for st in view.pipeline.stages],
     )
 
@@ -681,23 +691,18 @@ def to_megatron(view: PlanView, wl: Workload) -> Export:
             f"the plan splits tensors across nodes ({g.tp_inter} ways) and the batch inside them "
             f"({g.dp_intra} ways): {fw} places tensor-parallel ranks innermost, inside a node"
         )
-    if g.tp > 1:
-        for gg in grids:
-            op = next(
-                (
-                    o
-                    for o in view.ops
-                    if o.name in gg.split
-                    and role(o.name) in TENSOR_ROLES
-                    and gg.split[o.name] is None
-                ),
-                None,
-            )
-            if op is not None:
-                raise NotExpressibleError(
-                    f"op {op.name} is replicated over the {g.tp} GPUs of a tensor-parallel "
-                    f"group: {fw} splits every layer's heads, FFN and vocabulary over the group"
-                )
+    whole = [
+        o.name
+        for gg in grids
+        for o in view.ops
+        if g.tp > 1 and role(o.name) in TENSOR_ROLES and gg.split.get(o.name, "") is None
+    ]
+    layer_op = next((n for n in whole if role(n) not in EDGE_ROLES), None)
+    if layer_op is not None:
+        raise NotExpressibleError(
+            f"op {layer_op} is replicated over the {g.tp} GPUs of a tensor-parallel group: "
+            f"{fw} splits every layer's heads and FFN over the group"
+        )
     sp = _sequence_parallel(view, g, fw)
     pp = len(view.pipeline.stages) if view.pipeline else 1
     c = wl.config
@@ -705,6 +710,12 @@ def to_megatron(view: PlanView, wl: Workload) -> Export:
         _workload_note(wl),
         f"data-parallel size {g.dp} (implied: {g.dp * g.tp * pp} GPUs / (TP {g.tp} x PP {pp}))",
     ]
+    if whole:
+        notes.append(
+            f"the plan keeps {' and '.join(whole)} whole on every GPU; {fw} always splits the "
+            "embedding and LM head over the vocabulary (a little less memory, one more "
+            "all-reduce)"
+        )
     args: list[str] = [
         "--tensor-model-parallel-size",
         str(g.tp),
@@ -760,6 +771,10 @@ def _megatron_pipeline(view: PlanView, fw: str) -> list[str]:
         )
     expect = 0
     for st in p.stages:
+        if st.first is None or st.last is None:
+            raise NotExpressibleError(
+                f"pipeline stage {st.index} holds no transformer layer: every {fw} stage does"
+            )
         if st.first != expect:
             raise InvalidInputError(
                 f"pipeline.stages[{st.index}].layers",
@@ -1126,10 +1141,16 @@ def to_dtensor(view: PlanView, wl: Workload) -> Export:
         plan = _dtensor_mlp(g)
     else:
         _family(wl, fw, (*GPT_FAMILIES,))
-        plan = _dtensor_decoder(ops, g, HF_NAMES[wl.family], wl, fw)
+        plan = _dtensor_decoder(ops, g, HF_NAMES[wl.family], wl, fw, view.mode)
     k, micro = _per_replica_micro(view, wl, g.dp)
     names = {o.name for o in ops}
     tied = wl.family != "mlp" and wl.config.tie_word_embeddings and {"embed", "lm_head"} <= names
+    if tied and g.split.get("embed") != g.split.get("lm_head"):  # inference only (else refused)
+        tied = False
+        notes.append(
+            "embedding and LM head are split differently: their tied weight becomes two "
+            "parameters with the same values (fine for inference)"
+        )
     data: dict[str, Any] = {
         "format": "dtensor",
         "source": {
@@ -1190,7 +1211,9 @@ def _layout(g: Grid, name: str) -> str:
     return _S if g.split.get(name) == "s" else _R
 
 
-def _dtensor_decoder(ops: list[OpSplit], g: Grid, nm: _Names, wl: Workload, fw: str) -> _TPPlan:
+def _dtensor_decoder(
+    ops: list[OpSplit], g: Grid, nm: _Names, wl: Workload, fw: str, view_mode: str
+) -> _TPPlan:
     """Per-module styles for a GPT-2 / Llama module tree (see the module docstring)."""
     plan = _TPPlan()
     names = {o.name for o in ops}
@@ -1285,6 +1308,7 @@ def _dtensor_decoder(ops: list[OpSplit], g: Grid, nm: _Names, wl: Workload, fw: 
             wl.config.tie_word_embeddings
             and "embed" in names
             and split("embed") != split("lm_head")
+            and view_mode == "train"
         ):
             raise NotExpressibleError(
                 f"op {'embed' if split('embed') else 'lm_head'} is vocab-split and the other "
@@ -1370,19 +1394,21 @@ def dtensor_python(data: dict[str, Any]) -> str:
         *(f"Note: {n}" for n in data["notes"]),
         '"""',
         "",
+        "import contextlib",
+        "",
         "import torch",
         "from torch.distributed.device_mesh import DeviceMesh",
-        "from torch.distributed.tensor import Replicate, Shard  # noqa: F401",
-        "from torch.distributed.tensor.parallel import parallelize_module",
+        "from torch.distributed.tensor import DTensor, Replicate, Shard  # noqa: F401",
+        "from torch.distributed.tensor.parallel import loss_parallel, parallelize_module",
     ]
     if used:
         lines.append(f"from torch.distributed.tensor.parallel import {', '.join(used)}")
     lines += [
         "",
-        f"MESH_RANKS = {data['mesh']['ranks']!r}  # rows: data-parallel replicas; columns: "
-        "tensor-parallel ranks",
-        f"LOSS_PARALLEL = {data['loss_parallel']!r}  # compute the loss under "
-        "torch.distributed.tensor.parallel.loss_parallel()",
+        "# rows: data-parallel replicas; columns: the tensor-parallel ranks of each",
+        f"MESH_RANKS = {data['mesh']['ranks']!r}",
+        "# the logits stay vocabulary-sharded: compute the loss under loss_parallel()",
+        f"LOSS_PARALLEL = {data['loss_parallel']!r}",
         f"RECOMPUTE_LAYERS = {data['recompute_layers']!r}",
         "",
         "",
@@ -1406,7 +1432,18 @@ def dtensor_python(data: dict[str, Any]) -> str:
     for dst, srcname in data["tied"]:
         mod, attr = dst.rsplit(".", 1)
         lines.append(f"    model.{mod}.{attr} = model.{srcname}  # re-tie: one parameter")
-    lines += ["    return model", ""]
+    lines += [
+        "    return model",
+        "",
+        "",
+        "def loss_and_backward(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:",
+        '    """Mean cross entropy of (b, s, vocab) logits and its backward; the loss value."""',
+        "    with loss_parallel() if LOSS_PARALLEL else contextlib.nullcontext():",
+        "        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())",
+        "        loss.backward()",
+        "    return loss.full_tensor() if isinstance(loss, DTensor) else loss",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -3,7 +3,7 @@
 Single-device model code only (parallelism is applied from outside by the exported plan):
 ``transformer.wte`` / ``wpe`` / ``h.{i}.ln_1`` / ``h.{i}.attn.c_attn`` / ``h.{i}.attn.c_proj`` /
 ``h.{i}.ln_2`` / ``h.{i}.mlp.c_fc`` / ``h.{i}.mlp.c_proj`` / ``ln_f`` and ``lm_head`` (tied to
-``wte``). Two deliberate differences from Hugging Face's GPT-2, both needed by
+``wte`` by default). Two deliberate differences from Hugging Face's GPT-2, both needed by
 ``parallelize_module``:
 
 - projections are ``nn.Linear`` (HF uses ``Conv1D``, which ColwiseParallel/RowwiseParallel do
@@ -37,6 +37,7 @@ class TinyGPTConfig:
     n_head: int = 4
     batch_size: int = 4  # samples per step, all data-parallel replicas together
     seq_length: int = 16  # tokens per sample
+    tie_word_embeddings: bool = True  # the LM head shares the token embedding's weight
 
     @property
     def head_dim(self) -> int:
@@ -49,6 +50,7 @@ class TinyGPTConfig:
             "n_head": self.n_head, "vocab_size": self.vocab_size,
             "n_positions": self.n_positions, "seq_length": self.seq_length,
             "batch_size": self.batch_size, "dtype": "float32",
+            "tie_word_embeddings": self.tie_word_embeddings,
         }
 
 
@@ -115,13 +117,14 @@ class Transformer(nn.Module):
 
 
 class TinyGPT2(nn.Module):
-    """GPT-2 with a tied LM head (HF's ``GPT2LMHeadModel``); ``forward`` returns the mean loss."""
+    """GPT-2 with its LM head (HF's ``GPT2LMHeadModel``), tied to ``wte`` unless configured."""
 
     def __init__(self, cfg: TinyGPTConfig) -> None:
         super().__init__()
         self.transformer = Transformer(cfg)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        self.lm_head.weight = self.transformer.wte.weight
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.transformer.wte.weight
         self._init(cfg)
 
     def _init(self, cfg: TinyGPTConfig) -> None:
