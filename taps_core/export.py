@@ -400,7 +400,30 @@ def resolve_workload(
             stray,
             f"an op of {spec} (pass --model with the config the plan was made from)",
         )
+    _check_divisible(view, graph)
     return Workload(cfg, "--model " + spec if model else f"sample config {spec}")
+
+
+def _check_divisible(view: PlanView, graph: Any) -> None:
+    """Every split letter belongs to the op and divides its size (the vocabulary is padded)."""
+    specs = {op.name: op for op in graph.ops}
+    for i, o in enumerate(view.ops):
+        spec = specs[o.name]
+        sizes = graph.dim_sizes(spec)
+        for ch in dict.fromkeys([*o.inter, *o.intra]):
+            ways = o.inter.get(ch, 1) * o.intra.get(ch, 1)
+            if ch not in sizes:
+                raise InvalidInputError(
+                    f"ops[{i}].strategy",
+                    f"{o.name} splits {ch!r}",
+                    f"splits of the letters of {spec.einsum}",
+                )
+            if ch != "b" and sizes[ch] % ways and ch not in spec.padded:
+                raise InvalidInputError(
+                    f"ops[{i}].strategy",
+                    f"{o.name} splits {LETTER_NAMES.get(ch, ch)} ({sizes[ch]}) {ways} ways",
+                    "splits that divide the dimension (pass the --model/--seq the plan used)",
+                )
 
 
 def _per_replica_micro(view: PlanView, wl: Workload, dp: int) -> tuple[int, int]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from validation.dtensor_model import TinyGPTConfig
+from validation.dtensor_config import TinyGPTConfig
 from validation.launcher import launch
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -220,7 +220,7 @@ def validate(*, nodes: int = 2, ranks_per_node: int = 2, seed: int = 0,
     exported = {c.label: export_snippet(c) for c in chosen}
     world = nodes * ranks_per_node
     with tempfile.TemporaryDirectory(prefix="taps-dtensor-") as tmp:
-        payload = [{"label": c.label, "model": c.model.__dict__, "python": exported[c.label][0]}
+        payload = [{"label": c.label, "model": c.model.as_dict(), "python": exported[c.label][0]}
                    for c in chosen]
         times = launch(RUN_FN, nodes=nodes, ranks_per_node=ranks_per_node, timeout_s=timeout_s,
                        kwargs={"cases": payload, "seed": seed, "out_dir": tmp})
