@@ -752,7 +752,7 @@ def to_megatron(view: PlanView, wl: Workload) -> Export:
     args += ["--micro-batch-size", str(micro)]
     if view.mode == "train":
         args += ["--global-batch-size", str(c.batch_size)]
-        args += _megatron_levers(view, fw, notes)
+        args += _megatron_levers(view, fw, notes, g.dp)
         if k > 1 and view.pipeline is None:
             notes.append(
                 f"{k} micro-batches per step: Megatron accumulates global / (micro x dp) "
@@ -828,10 +828,10 @@ def _megatron_pipeline(view: PlanView, fw: str) -> list[str]:
     return args
 
 
-def _megatron_levers(view: PlanView, fw: str, notes: list[str]) -> list[str]:
+def _megatron_levers(view: PlanView, fw: str, notes: list[str], dp: int) -> list[str]:
     """ZeRO stage and recomputation as Megatron training arguments."""
     args: list[str] = []
-    z = view.zero_stage
+    z = view.zero_stage if dp > 1 else 0  # sharding over one data-parallel rank is a no-op
     if z in (1, 2):
         args.append("--use-distributed-optimizer")
         notes.append(

@@ -459,3 +459,29 @@ def test_grid_ranks_are_node_major_tp_innermost() -> None:
     g = grid([op], 2, 8, "x")
     assert (g.dp, g.tp) == (4, 4)
     assert g.ranks() == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+
+
+def test_engine_pipelined_plan_exports_when_the_json_has_stages(tmp_path) -> None:
+    """The engine's Megatron-style plan of the small GPT-2 on the emulated levels is pipelined
+    (a stage per node, TP 2 inside): PP 2 x TP 2 once the plan JSON carries ``pipeline``."""
+    from taps_core.models import build_graph, config_from_dict
+    from taps_core.planner import compare
+    from taps_core.report import plan_to_json
+    from validation.calibrate import build_topology
+    from validation.dtensor_config import TinyGPTConfig
+    from validation.dtensor_run import LEVELS
+
+    cfg = TinyGPTConfig().engine_config()
+    graph = build_graph(config_from_dict(cfg, name="tiny"))
+    data = plan_to_json(compare(graph, build_topology(2, 2, LEVELS))["megatron"])
+    if not data.get("pipeline"):
+        pytest.skip("no pipeline in this plan JSON (the engine did not pipeline, or the JSON "
+                    "does not carry stages yet)")
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(cfg))
+    stages = len(data["pipeline"]["stages"])
+    out = export_plan(data, "megatron", model=str(path))
+    assert out.data["pipeline_parallel"] == stages
+    assert out.data["tensor_parallel"] * out.data["data_parallel"] * stages == 4
+    dt = export_plan(data, "dtensor", model=str(path))
+    assert any("pipelining is not expressed" in n for n in dt.notes)
