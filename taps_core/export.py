@@ -452,57 +452,39 @@ def _per_replica_micro(view: PlanView, wl: Workload, dp: int) -> tuple[int, int]
 # ---- what each op is: roles, and the one letter a framework may split it on --------------------
 
 _LAYER = re.compile(r"^L(\d+)\.(.+)$")
-_ROLE_OF = {  # op name (without the L{i}. prefix) -> role
-    "embed": "embed",
-    "embed_pos": "pos",
-    "ln_f": "norm",
-    "lm_head": "head",
-    "loss": "loss",
-    "ln1": "norm",
-    "ln2": "norm",
-    "add1": "add",
-    "add2": "add",
-    "attn.q": "qkv",
-    "attn.k": "qkv",
-    "attn.v": "qkv",
-    "attn.core": "core",
-    "attn.o": "out",
-    "mlp.up": "up",
-    "mlp.gate": "up",
-    "mlp.gelu": "act",
-    "mlp.swiglu": "act",
-    "mlp.down": "down",
-    "fc1": "up",
-    "gelu": "act",
-    "fc2": "down",  # the 2-layer MLP
+# op name (without the ``L{i}.`` prefix) -> role
+_ROLE_OF = {
+    name: r
+    for r, names in (
+        ("embed", "embed"),
+        ("pos", "embed_pos"),
+        ("norm", "ln1 ln2 ln_f"),
+        ("add", "add1 add2"),
+        ("qkv", "attn.q attn.k attn.v"),
+        ("core", "attn.core"),
+        ("out", "attn.o"),
+        ("up", "mlp.up mlp.gate fc1"),  # fc1, gelu, fc2: the 2-layer MLP
+        ("act", "mlp.gelu mlp.swiglu gelu"),
+        ("down", "mlp.down fc2"),
+        ("head", "lm_head"),
+        ("loss", "loss"),
+    )
+    for name in names.split()
 }
-_ROLE_LETTER = {
-    "embed": "v",
-    "pos": "s",
-    "norm": "s",
-    "add": "s",
-    "qkv": "n",
-    "core": "n",
-    "out": "n",
-    "up": "f",
-    "act": "f",
-    "down": "f",
-    "head": "v",
-    "loss": "v",
-}
-_ROLE_WORDS = {
-    "embed": "the token embedding only on the vocabulary (vocab-parallel)",
-    "pos": "the position embedding only on the sequence (sequence parallelism)",
-    "norm": "a norm only on the sequence (sequence parallelism)",
-    "add": "a residual add only on the sequence (sequence parallelism)",
-    "qkv": "Q, K and V only on heads (column-parallel)",
-    "core": "attention only on heads",
-    "out": "the attention output projection only on heads (row-parallel)",
-    "up": "an MLP up/gate projection only on FFN (column-parallel)",
-    "act": "the MLP activation only on FFN",
-    "down": "an MLP down projection only on FFN (row-parallel)",
-    "head": "the LM head only on the vocabulary (column-parallel)",
-    "loss": "the loss only on the vocabulary (vocab-parallel cross entropy)",
+# role -> (the one letter a framework splits it on, how the framework splits it)
+_ROLES = {
+    "embed": ("v", "the token embedding only on the vocabulary (vocab-parallel)"),
+    "pos": ("s", "the position embedding only on the sequence (sequence parallelism)"),
+    "norm": ("s", "a norm only on the sequence (sequence parallelism)"),
+    "add": ("s", "a residual add only on the sequence (sequence parallelism)"),
+    "qkv": ("n", "Q, K and V only on heads (column-parallel)"),
+    "core": ("n", "attention only on heads"),
+    "out": ("n", "the attention output projection only on heads (row-parallel)"),
+    "up": ("f", "an MLP up/gate projection only on FFN (column-parallel)"),
+    "act": ("f", "the MLP activation only on FFN"),
+    "down": ("f", "an MLP down projection only on FFN (row-parallel)"),
+    "head": ("v", "the LM head only on the vocabulary (column-parallel)"),
+    "loss": ("v", "the loss only on the vocabulary (vocab-parallel cross entropy)"),
 }
 TENSOR_ROLES = frozenset({"embed", "qkv", "core", "out", "up", "act", "down", "head"})
 EDGE_ROLES = frozenset({"embed", "head"})  # Megatron splits them anyway: a note, not a refusal
@@ -603,9 +585,9 @@ def grid(ops: list[OpSplit] | tuple[OpSplit, ...], nodes: int, gpus_per_node: in
                 f"op {op.name} ({op.kind or 'unknown kind'}) has no "
                 f"counterpart in {fw}'s module plans"
             )
-        if letters and letters[0] != _ROLE_LETTER[r]:
+        if letters and letters[0] != _ROLES[r][0]:
             where = op.words(letters[0])
-            raise NotExpressibleError(f"op {op.name} splits {where}: {fw} splits {_ROLE_WORDS[r]}")
+            raise NotExpressibleError(f"op {op.name} splits {where}: {fw} splits {_ROLES[r][1]}")
         g.split[op.name] = letters[0] if letters else None
     return g
 
@@ -646,12 +628,13 @@ def _uniform_grids(view: PlanView, fw: str) -> tuple[list[Grid], Grid]:
     return grids, grids[0]
 
 
-def _sequence_parallel(view: PlanView, g: Grid, fw: str) -> bool:
+def _sequence_parallel(view: PlanView, grids: list[Grid], fw: str) -> bool:
     """True when every norm, add and position embedding is sequence-split; refuse a mix."""
+    letter = {name: ch for g in grids for name, ch in g.split.items()}
     seq = [o for o in view.ops if role(o.name) in SEQUENCE_ROLES]
-    split = [o for o in seq if g.split.get(o.name) == "s"]
+    split = [o for o in seq if letter.get(o.name) == "s"]
     if split and len(split) != len(seq):
-        whole = next(o for o in seq if g.split.get(o.name) != "s")
+        whole = next(o for o in seq if letter.get(o.name) != "s")
         raise NotExpressibleError(
             f"op {split[0].name} is sequence-split but op {whole.name} is not: {fw}'s sequence "
             "parallelism covers every norm and residual add or none"
@@ -726,7 +709,7 @@ def to_megatron(view: PlanView, wl: Workload) -> Export:
             f"op {layer_op} is replicated over the {g.tp} GPUs of a tensor-parallel group: "
             f"{fw} splits every layer's heads and FFN over the group"
         )
-    sp = _sequence_parallel(view, g, fw)
+    sp = _sequence_parallel(view, grids, fw)
     pp = len(view.pipeline.stages) if view.pipeline else 1
     c = wl.config
     notes = [
@@ -1026,7 +1009,7 @@ def _deepspeed_inference(view: PlanView, wl: Workload, notes: list[str]) -> Expo
         return Export("deepspeed", json.dumps(cfg, indent=2), cfg, notes)
     if g.tp > 1:
         _family(wl, fw)
-        if _sequence_parallel(view, g, fw):
+        if _sequence_parallel(view, [g], fw):
             raise NotExpressibleError(
                 f"sequence-split norms: {fw}'s automatic tensor parallelism "
                 "keeps activations whole between layers"

@@ -234,6 +234,10 @@ def test_pipeline_stages_become_megatron_pp() -> None:
     assert _arg(args, "--decoder-first-pipeline-num-layers") == "23"
     assert _arg(args, "--decoder-last-pipeline-num-layers") == "23"
 
+    sp = make_plan("gpt3-175b", 4, 8, megatron_rule(8, 1, sp=True), micro=8,
+                   pipeline=_pipeline(sizes, 8, 8), stage_of=_stage_of(sizes))
+    assert _arg(export_plan(sp, "megatron").data["args"], "--sequence-parallel") == ""
+
     ragged = [20, 30, 26, 20]
     plan = make_plan("gpt3-175b", 4, 8, megatron_rule(8, 1), micro=8,
                      pipeline=_pipeline(ragged, 8, 8), stage_of=_stage_of(ragged))

@@ -60,7 +60,8 @@ class DTensorCheck:
     max_abs_err: float  # over every rank and every parameter gradient
     max_rel_err: float
     worst_param: str
-    step_s: float  # the slowest rank's forward + backward + data-parallel sync (seconds)
+    step_s: float  # slowest rank: forward, backward, gradient sync and the check's
+    # full-gradient gathers (seconds)
     ok: bool
 
 
