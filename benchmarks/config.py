@@ -28,7 +28,7 @@ class BenchConfig:
     quality_models: tuple[str, ...] = QUALITY_MODELS
     quality_clusters: tuple[str, ...] = QUALITY_CLUSTERS
     modes: tuple[str, ...] = MODES
-    quality_budget_s: float = 480.0  # scenarios after this much compare time are skipped
+    quality_budget_s: float = 4 * 3600.0  # scenarios after this much compare time are skipped
     material_comm_s: float = 1e-3  # a reduction counts as material when the volume plan's
     material_comm_share: float = 0.01  # comm is >= 1 ms and >= 1% of its step time
     realistic_inter_share: float = 0.5  # ... and realistic when TAPS spreads >= half of its

@@ -321,6 +321,7 @@ def op_option(
     zero: int = 0,
     recompute: bool = False,
     microbatches: int = 1,
+    activation_copies: int = 1,
     seconds: Callable[[Phase], float] | None = None,
 ) -> OptionCost:
     """An op's step cost with its levers: ZeRO ``zero``, ``recompute`` (the layer's forward is
@@ -335,7 +336,7 @@ def op_option(
         phases += [(f"recompute {lbl}", scaled(p, k)) for lbl, p in cost.fwd]
     phases += [(lbl, scaled(p, k)) for lbl, p in cost.bwd]
     memory = Memory(
-        activations=(cost.boundary_bytes if recompute else cost.saved_bytes)
+        activations=activation_copies * (cost.boundary_bytes if recompute else cost.saved_bytes)
         + cost.workspace_bytes,
         kv_cache=cost.kv_cache_bytes,
     )

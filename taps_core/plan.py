@@ -47,6 +47,9 @@ class OpPlan:
     memory: Memory
     zero: int = 0
     recompute: bool = False
+    stage: int | None = None  # pipeline stage (None without pipelining)
+
+
 @dataclass(frozen=True)
 class LinkTraffic:
     """Bytes one directed link carries over a training/inference step, and its busy time."""
@@ -73,6 +76,54 @@ class SearchInfo:
 
 
 @dataclass(frozen=True)
+class StageInfo:
+    """One pipeline stage: its layers, hosts, its own plan, and its per-step figures.
+
+    ``microbatch_s`` is one micro-batch's forward and backward on this stage including its
+    point-to-point sends (seconds); ``sync_s`` what runs once per step (gradient sync);
+    ``send_bytes`` what the stage sends to its neighbours per step (all GPUs).
+    """
+
+    index: int
+    layers: tuple[int, int] | None
+    hosts: tuple[int, ...]
+    gpus: int
+    plan: Plan
+    microbatch_s: float
+    sync_s: float
+    send_s: float
+    send_bytes: float
+    volume_microbatch_s: float = 0.0  # the same under the volume model
+    volume_sync_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class PipelineInfo:
+    """Stages on groups of hosts, micro-batches through them under a 1F1B schedule.
+
+    Step time = (m - 1) x the slowest stage's micro-batch + the sum over stages of one
+    micro-batch (the fill and drain) + the slowest gradient sync; the difference to
+    m x the slowest stage is the bubble, (p - 1) / (m + p - 1) of it for balanced stages.
+    """
+
+    stages: tuple[StageInfo, ...]
+    microbatches: int
+    micro_batch_size: int
+    step_time_s: float
+    compute_time_s: float
+    comm_time_s: float
+    bubble_time_s: float
+    p2p_bytes: float
+    schedule: str = "1F1B"
+    volume_step_s: float = 0.0  # the step under the volume model (what a volume planner sees)
+
+    @property
+    def bubble_fraction(self) -> float:
+        busy = self.step_time_s - max((st.sync_s for st in self.stages), default=0.0)
+        return self.bubble_time_s / busy if busy > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class Plan:
     """A costed plan for one model on one topology."""
 
@@ -94,19 +145,37 @@ class Plan:
     volume_comm_time_s: float = 0.0  # the same phases under the volume model (1/100 GB/s)
     microbatches: int = 1
     flash_attention: bool = False
+    pipeline: PipelineInfo | None = None
 
     @property
     def comm_time_s(self) -> float:
+        """Communication seconds per step (a pipeline's: the slowest stage's, sync included)."""
+        if self.pipeline is not None:
+            return self.pipeline.comm_time_s
         return sum(op.comm_time_s for op in self.ops)
 
     @property
     def compute_time_s(self) -> float:
+        if self.pipeline is not None:
+            return self.pipeline.compute_time_s
         return sum(op.compute_s for op in self.ops)
 
     @property
+    def bubble_time_s(self) -> float:
+        """Idle seconds of the pipeline's fill and drain (0 without pipelining)."""
+        return self.pipeline.bubble_time_s if self.pipeline is not None else 0.0
+
+    @property
     def total_time_s(self) -> float:
-        """Compute plus communication, assuming no overlap (seconds per step)."""
-        return self.comm_time_s + self.compute_time_s
+        """Compute plus communication (plus a pipeline's bubble), no overlap (s per step)."""
+        return self.comm_time_s + self.compute_time_s + self.bubble_time_s
+
+    @property
+    def volume_objective_s(self) -> float:
+        """The step as a volume-based planner scores it (compute + bytes at 100 GB/s)."""
+        if self.pipeline is not None:
+            return self.pipeline.volume_step_s
+        return self.compute_time_s + self.volume_comm_time_s
 
     @property
     def comm_bytes(self) -> float:
@@ -190,6 +259,7 @@ def evaluate(
     search: SearchInfo,
     memory_limit_bytes: float,
     microbatches: int = 1,
+    activation_copies: int = 1,
 ) -> Plan:
     """Cost ``choice`` on the topology of ``links`` (see the module docstring).
 
@@ -211,7 +281,8 @@ def evaluate(
         c = full[op.name]
         cost = op_cost(graph, op, c.strategy, topology, mode)
         opt = op_option(
-            cost, mode, zero=c.zero, recompute=c.recompute, microbatches=microbatches
+            cost, mode, zero=c.zero, recompute=c.recompute, microbatches=microbatches,
+            activation_copies=activation_copies,
         )
         phases = list(opt.phases)
         phases += op_input_phases(graph, full, op.name, mode, g, microbatches)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -191,13 +192,77 @@ def search(
     label: str = "taps",
     links: LinkModel | None = None,
     time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
+    pipeline: bool | None = None,
+    allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None = None,
 ) -> Plan:
     """Best plan under ``cost_model`` within ``space`` (and ``allow``), reported topology-aware.
 
     Raises InfeasibleError when no plan fits the memory limit (default: the GPU's memory).
     The exact search under a binding memory limit stops after ``time_budget_s`` seconds
     (None: no limit) with the best plan found and a proven lower bound (status "feasible").
+    ``pipeline``: also try pipeline stages across hosts (None: in training on several hosts,
+    when the strategy rules can be applied per stage: ``allow_for(stage graph, stage
+    cluster)`` gives a stage's filter when ``allow`` is set); the faster plan wins.
     """
+    start = time.perf_counter()
+    flat: Plan | None = None
+    error: InfeasibleError | None = None
+    try:
+        flat = _search_flat(
+            graph, topology, mode=mode, cost_model=cost_model,
+            memory_limit_bytes=memory_limit_bytes, space=space, allow=allow, label=label,
+            links=links, time_budget_s=time_budget_s,
+        )
+    except InfeasibleError as err:
+        error = err
+    if pipeline is None:
+        rules_per_stage = allow is None or allow_for is not None
+        pipeline = mode == "train" and topology.nodes > 1 and rules_per_stage
+    if pipeline:
+        from taps_core.pipeline import objective, search_pipeline
+
+        left = None if time_budget_s is None else max(
+            5.0, time_budget_s - (time.perf_counter() - start)
+        )
+        piped = search_pipeline(
+            graph, topology, mode=mode, cost_model=cost_model,
+            memory_limit_bytes=memory_limit_bytes, allow_for=allow_for, space=space,
+            label=label, links=links or LinkModel(topology), time_budget_s=left,
+        )
+        if piped is not None and (
+            flat is None or objective(piped, cost_model) < objective(flat, cost_model)
+        ):
+            note = "pipelined: faster than the best plan without stages" if flat is not None else (
+                "pipelined: no plan without stages fits"
+            )
+            return replace(
+                piped,
+                search=replace(
+                    piped.search,
+                    time_s=time.perf_counter() - start,
+                    note=f"{piped.search.note}; {note}",
+                ),
+            )
+    if flat is None:
+        assert error is not None
+        raise error
+    return flat
+
+
+def _search_flat(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str,
+    cost_model: str,
+    memory_limit_bytes: float | None,
+    space: SearchSpace,
+    allow: StrategyFilter | None,
+    label: str,
+    links: LinkModel | None,
+    time_budget_s: float | None,
+) -> Plan:
+    """The best plan without pipeline stages (see :func:`search`)."""
     if mode not in MODES:
         raise InvalidInputError("mode", mode, f"one of {MODES}")
     if cost_model not in COST_MODELS:
@@ -287,6 +352,36 @@ def search(
     )
 
 
+def search_fixed(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str,
+    comm: CommCost,
+    limit: float,
+    microbatches: int = 1,
+    activation_copies: int = 1,
+    zero_stages: tuple[int, ...] | None = None,
+    space: SearchSpace = SearchSpace(),
+    allow: StrategyFilter | None = None,
+    deadline: float = math.inf,
+) -> tuple[SearchProblem, Assignment, SearchInfo]:
+    """The exact search at one micro-batch count (``graph`` is one micro-batch), as a pipeline
+    stage needs it: ``activation_copies`` micro-batches held at once, given ZeRO stages.
+    Raises InfeasibleError when nothing fits."""
+    problem = build_problem(
+        graph, topology, mode, comm, space=space, allow=allow, microbatches=microbatches,
+        activation_copies=activation_copies,
+    )
+    try:
+        sub, sol, info, _ = _best_zero_stage(
+            problem, limit, mode, deadline=deadline, stages=zero_stages
+        )
+    except _NoFitError as err:
+        raise InfeasibleError(str(err)) from None
+    return sub, sol, info
+
+
 def useful_zero_stages(mode: str, microbatches: int = 1) -> tuple[int, ...]:
     """ZeRO stages that can win, in order of time. With one micro-batch, stages 0 and 1 move
     the same bytes as stage 2 and hold more, so stage 2 dominates them; with gradient
@@ -303,6 +398,7 @@ def _best_zero_stage(
     mode: str,
     cutoff: float = math.inf,
     deadline: float = math.inf,
+    stages: tuple[int, ...] | None = None,
 ) -> tuple[SearchProblem, Assignment, SearchInfo, float]:
     """The fastest fitting plan over the plan-wide ZeRO stages (each searched exactly), and
     the unconstrained optimum's time (seconds).
@@ -312,7 +408,7 @@ def _best_zero_stage(
     found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
     error: InfeasibleError | None = None
     free = math.inf
-    for zero in useful_zero_stages(mode, problem.microbatches):
+    for zero in stages or useful_zero_stages(mode, problem.microbatches):
         sub = problem.restricted(zero)
         bar = min((x[3] for x in found), default=cutoff)
         try:
@@ -481,8 +577,16 @@ def compare(
     runs: dict[str, dict[str, object]] = {
         "taps": {"cost_model": "topology"},
         "volume": {"cost_model": "volume"},
-        "megatron": {"cost_model": "topology", "allow": megatron_filter(graph, topology)},
-        "data_parallel": {"cost_model": "topology", "allow": data_parallel_filter(topology)},
+        "megatron": {
+            "cost_model": "topology",
+            "allow": megatron_filter(graph, topology),
+            "allow_for": megatron_filter,
+        },
+        "data_parallel": {
+            "cost_model": "topology",
+            "allow": data_parallel_filter(topology),
+            "pipeline": False,
+        },
     }
     out: dict[str, Plan | NotFitting] = {}
     batch = getattr(graph.meta.get("config"), "batch_size", None)
@@ -510,7 +614,11 @@ def compare(
     if isinstance(taps, Plan) and taps.search.status != "optimal":
         for label in ("volume", "megatron", "data_parallel"):
             other = out[label]
-            if isinstance(other, Plan) and other.total_time_s < taps.total_time_s - 1e-12:
+            if (
+                isinstance(other, Plan)
+                and other.pipeline is None
+                and other.total_time_s < taps.total_time_s - 1e-12
+            ):
                 info = taps.search
                 taps = evaluate(
                     graph,

@@ -272,8 +272,12 @@ def build_problem(
     space: SearchSpace = SearchSpace(),
     allow: StrategyFilter | None = None,
     microbatches: int = 1,
+    activation_copies: int = 1,
 ) -> SearchProblem:
-    """Build node options and edges of every op (costs per micro-batch x ``microbatches``)."""
+    """Build node options and edges of every op (costs per micro-batch x ``microbatches``).
+
+    ``activation_copies``: micro-batches whose activations are held at once (a pipeline
+    stage under 1F1B holds several); kept activations count that many times."""
     mesh = Mesh(topology.nodes, topology.gpus_per_node)
     resharder = Resharder(comm, topology.gpus_per_node)
     train = mode == "train"
@@ -294,7 +298,7 @@ def build_problem(
     memo: dict[tuple, tuple] = {}
     for node, names in members.items():
         ops = [graph.op_by_name[n] for n in names]
-        sig = tuple(op_signature(graph, op) for op in ops)
+        sig = (tuple(op_signature(graph, op) for op in ops), activation_copies)
         if sig not in memo:
             strats = _group_strategies(graph, ops, mesh, space, allow)
             tabs = [
@@ -314,7 +318,7 @@ def build_problem(
             for rc in (False, True) if train else (False,):
                 passes = (4.0 if rc else 3.0) if train else 1.0
                 base = k * (passes * compute + (2 if rc else 1) * fwd + bwd)
-                act = sum(t.boundary if rc else t.saved for t in tabs)
+                act = activation_copies * sum(t.boundary if rc else t.saved for t in tabs)
                 times[rc] = base[:, None] + wt
                 mems[rc] = (act + fixed)[:, None] + wm
             if not train:

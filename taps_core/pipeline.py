@@ -1,0 +1,456 @@
+"""Pipeline stages across hosts on top of the intra-operator search (Alpa's two levels).
+
+The layers are cut into ``p`` contiguous stages, each on ``nodes / p`` hosts; the global
+batch flows through them as ``m`` micro-batches under a 1F1B schedule (Narayanan et al. 2021).
+Inside each stage the exact TAPS search (:func:`taps_core.planner.search_fixed`) chooses every
+op's sharding and the memory levers, with stage ``i`` holding the activations of
+``min(p - i, m)`` micro-batches at once (1F1B's in-flight count). Between stages only the
+boundary activation moves, point to point: each GPU of a stage sends its 1/G slice to the GPU
+with the same local index in the next stage (Megatron's scatter-gather), routed over the real
+links, forward and (its gradient) backward for every micro-batch.
+
+The outer search enumerates stage counts, micro-batch counts and layer splits (balanced, or the
+last stage one layer lighter for the LM head), skipping a setting whose compute alone cannot beat
+the best pipeline found; stages with the same layers and position share one search. Stages keep
+ZeRO at stage 1 (the distributed optimizer: ZeRO-2/3 re-gather per micro-batch, which
+pipelines do not use).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from taps_core.collectives import TopologyCost, VolumeCost
+from taps_core.errors import InfeasibleError, TapsError
+from taps_core.graph import OpGraph
+from taps_core.linkmodel import LinkModel
+from taps_core.plan import LinkTraffic, PipelineInfo, Plan, SearchInfo, StageInfo, evaluate
+from taps_core.search_problem import StrategyFilter
+from taps_core.strategies import SearchSpace
+from taps_core.topology import Topology
+
+MAX_STAGES = 32
+PIPELINE_ZERO = (1,)  # the distributed optimizer; ZeRO-2/3 re-gather per micro-batch
+
+
+def objective(plan: Plan, cost_model: str) -> float:
+    """What a planner minimises: the step under its own cost model (seconds)."""
+    return plan.total_time_s if cost_model == "topology" else plan.volume_objective_s
+
+
+def layer_range(graph: OpGraph) -> tuple[int, int] | None:
+    """(first, last) layer index of the model, or None without layers."""
+    layers = [op.layer for op in graph.ops if op.layer is not None]
+    return (min(layers), max(layers)) if layers else None
+
+
+def stage_graph(graph: OpGraph, first: int, last: int, *, head: bool, tail: bool) -> OpGraph:
+    """The ops of layers ``first..last``, with the ops before the layers when ``head`` and
+    after them when ``tail``. Activations from another stage become inputs; a tied weight
+    whose owner lives on another stage is held as its own copy (as Megatron does)."""
+    positions = [i for i, op in enumerate(graph.ops) if op.layer is not None]
+    lo, hi = positions[0], positions[-1]
+    ops = tuple(
+        op
+        for i, op in enumerate(graph.ops)
+        if (op.layer is not None and first <= op.layer <= last)
+        or (op.layer is None and ((head and i < lo) or (tail and i > hi)))
+    )
+    names = {t for op in ops for t in (*op.inputs, op.output)}
+    tensors = {}
+    for name in names:
+        t = graph.tensors[name]
+        if t.tied and t.tied_to not in names:
+            t = replace(t, tied=False, tied_to="")
+        tensors[name] = t
+    return OpGraph(
+        graph.name, tensors, ops, graph.batch_letter, {**graph.meta, "stage": (first, last)}
+    )
+
+
+def sub_topology(topology: Topology, hosts: tuple[int, ...]) -> Topology:
+    """The cluster restricted to some hosts (shared switches kept)."""
+    keep = {d.name for d in topology.devices if d.host is None or d.host in hosts}
+    devices = tuple(d for d in topology.devices if d.name in keep)
+    links = tuple(k for k in topology.links if k.src in keep and k.dst in keep)
+    sub = replace(
+        topology, name=f"{topology.name}[hosts {hosts[0]}-{hosts[-1]}]", devices=devices,
+        links=links,
+    )
+    return sub
+
+
+def send_seconds(
+    links: LinkModel, src_hosts: tuple[int, ...], dst_hosts: tuple[int, ...], nbytes: float
+) -> tuple[float, float, np.ndarray]:
+    """Seconds, bytes (all GPUs) and per-link loads of sending a tensor of ``nbytes`` from one
+    stage to the next: GPU j of the first sends 1/G of it to GPU j of the second."""
+    g = links.topology.gpus_per_node
+    src = np.array([h * g + j for h in src_hosts for j in range(g)])
+    dst = np.array([h * g + j for h in dst_hosts for j in range(g)])
+    per = nbytes / len(src)
+    loads, latency = links._route(src, dst, np.full(len(src), per))
+    seconds = float((loads / links.capacity_Bps).max(initial=0.0)) + latency
+    return seconds, per * len(src), loads
+
+
+@dataclass(frozen=True)
+class _StagePlan:
+    plan: Plan
+    sync_s: float  # once per step
+    volume_sync_s: float  # the same under the volume model
+
+
+def _sync_seconds(plan: Plan, comm: TopologyCost | VolumeCost) -> float:
+    """Seconds of the plan's weight phases (gradient sync; once per step at ZeRO <= 1)."""
+    return sum(
+        comm.seconds(p)
+        for op in plan.ops
+        for lbl, p in op.phases
+        if lbl.startswith(("grad_sync", "zero gather"))
+    )
+
+
+def _splits(layers: int, p: int) -> list[tuple[int, ...]]:
+    """Layer counts per stage: balanced, and balanced with the last stage one layer lighter."""
+    q, r = divmod(layers, p)
+    base = tuple(q + (1 if i < r else 0) for i in range(p))
+    out = [base]
+    if p > 1 and base[-1] > 1:
+        lighter = list(base)
+        lighter[-1] -= 1
+        lighter[(r if r < p - 1 else 0)] += 1
+        out.append(tuple(lighter))
+    return list(dict.fromkeys(out))
+
+
+def _microbatch_options(batch: int, hosts_per_stage: int, p: int) -> list[int]:
+    """Micro-batch counts m (the micro-batch still splits over a stage's hosts): p, 2p, 4p, ...
+    and the largest possible."""
+    valid = [
+        m for m in range(1, batch + 1) if batch % m == 0 and (batch // m) % hosts_per_stage == 0
+    ]
+    if not valid:
+        return []
+    picks = {max(valid)}
+    m = p
+    while m <= max(valid):
+        fit = [v for v in valid if v >= m]
+        if fit:
+            picks.add(fit[0])
+        m *= 2
+    return sorted(picks)
+
+
+def search_pipeline(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str = "train",
+    cost_model: str = "topology",
+    memory_limit_bytes: float | None = None,
+    allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None = None,
+    space: SearchSpace = SearchSpace(),
+    label: str = "taps",
+    links: LinkModel | None = None,
+    time_budget_s: float | None = 60.0,
+    stage_counts: tuple[int, ...] | None = None,
+) -> Plan | None:
+    """The best pipelined plan (None when no pipeline applies or fits); see the module doc.
+
+    ``allow_for(stage_graph, stage_topology)`` restricts each stage's strategies (a baseline);
+    ``stage_counts`` limits the stage counts tried (default: every divisor of the hosts >= 2).
+    """
+    from taps_core.models import build_graph
+    from taps_core.planner import choices_of, search_fixed
+
+    span = layer_range(graph)
+    cfg = graph.meta.get("config")
+    if mode != "train" or span is None or cfg is None or not hasattr(cfg, "with_workload"):
+        return None
+    nodes = topology.nodes
+    layers = span[1] - span[0] + 1
+    counts = stage_counts or tuple(
+        p for p in range(2, min(nodes, MAX_STAGES, layers) + 1) if nodes % p == 0
+    )
+    if not counts:
+        return None
+    start = time.perf_counter()
+    deadline = math.inf if time_budget_s is None else start + time_budget_s
+    links = links or LinkModel(topology)
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    batch = cfg.batch_size
+    peak = topology.gpu.peak_flops * topology.compute_efficiency
+    work = sum(graph.flops(op) for op in graph.ops) * 3.0  # forward + backward of the step
+    floor_s = work / (peak * topology.num_gpus)  # every GPU busy, no bubble, no comm
+    cache: dict[tuple, _StagePlan | None] = {}
+    best: tuple[float, Plan] | None = None
+    tried = 0
+    for p in counts:
+        hosts = nodes // p
+        for m in _microbatch_options(batch, hosts, p):
+            if best is not None and floor_s * (m + p - 1) / m >= best[0]:
+                continue  # even a perfectly balanced, silent pipeline is slower
+            if time.perf_counter() > deadline:
+                break
+            micro = build_graph(cfg.with_workload(batch_size=batch // m))
+            for split in _splits(layers, p):
+                tried += 1
+                plan = _assemble(
+                    micro, topology, links, mode, cost_model, limit, p, m, split, span[0],
+                    cache, allow_for, space, search_fixed, choices_of, deadline,
+                )
+                score = None if plan is None else objective(plan, cost_model)
+                if score is not None and (best is None or score < best[0]):
+                    best = (score, plan)
+    if best is None:
+        return None
+    plan = best[1]
+    info = SearchInfo(
+        "pipeline + " + plan.search.algorithm,
+        time.perf_counter() - start,
+        plan.search.num_strategies,
+        plan.search.status,
+        0.0,
+        None,
+        f"{len(plan.pipeline.stages)} stages x {plan.pipeline.microbatches} micro-batches, "
+        f"best of {tried} pipeline settings; each stage's plan: {plan.search.status}",
+    )
+    return replace(plan, label=label, search=info)
+
+
+def _assemble(
+    micro: OpGraph,
+    topology: Topology,
+    links: LinkModel,
+    mode: str,
+    cost_model: str,
+    limit: float,
+    p: int,
+    m: int,
+    split: tuple[int, ...],
+    first_layer: int,
+    cache: dict[tuple, _StagePlan | None],
+    allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None,
+    space: SearchSpace,
+    search_fixed: Callable[..., tuple],
+    choices_of: Callable[..., dict],
+    deadline: float,
+) -> Plan | None:
+    """Plan every stage of one (p, m, split) setting and put the pipeline together."""
+    hosts = topology.nodes // p
+    stage_plans: list[_StagePlan] = []
+    ranges: list[tuple[int, int]] = []
+    lo = first_layer
+    for n in split:
+        ranges.append((lo, lo + n - 1))
+        lo += n
+    for i, (a, b) in enumerate(ranges):
+        head, tail = i == 0, i == p - 1
+        copies = min(p - i, m)
+        key = (b - a + 1, head, tail, copies, hosts, m)
+        if key not in cache:
+            cache[key] = _plan_stage(
+                micro, topology, mode, cost_model, limit, a, b, head, tail, copies, hosts, m,
+                allow_for, space, search_fixed, choices_of, deadline,
+            )
+        if cache[key] is None:
+            return None
+        stage_plans.append(cache[key])
+    # boundary sends, per micro-batch, forward and backward
+    boundary = _boundary_bytes(micro, ranges)
+    stages: list[StageInfo] = []
+    loads = np.zeros(len(links.links))
+    p2p_bytes = 0.0
+    send_s = [0.0] * p
+    send_vol = [0.0] * p
+    volume = VolumeCost()
+    for i in range(p - 1):
+        src = tuple(range(i * hosts, (i + 1) * hosts))
+        dst = tuple(range((i + 1) * hosts, (i + 2) * hosts))
+        fwd_s, fwd_b, fwd_l = send_seconds(links, src, dst, boundary[i])
+        bwd_s, bwd_b, bwd_l = send_seconds(links, dst, src, boundary[i])
+        send_s[i] += fwd_s
+        send_s[i + 1] += bwd_s
+        per_gpu = boundary[i] / (hosts * topology.gpus_per_node)
+        send_vol[i] += volume.seconds_per_byte * per_gpu
+        send_vol[i + 1] += volume.seconds_per_byte * per_gpu
+        loads += m * (fwd_l + bwd_l)
+        p2p_bytes += m * (fwd_b + bwd_b)
+    for i, sp in enumerate(stage_plans):
+        own = sp.plan.total_time_s - sp.sync_s
+        own_vol = sp.plan.volume_objective_s - sp.volume_sync_s
+        stages.append(
+            StageInfo(
+                i,
+                ranges[i],
+                tuple(range(i * hosts, (i + 1) * hosts)),
+                hosts * topology.gpus_per_node,
+                sp.plan,
+                own / m + send_s[i],
+                sp.sync_s,
+                send_s[i],
+                0.0,
+                own_vol / m + send_vol[i],
+                sp.volume_sync_s,
+            )
+        )
+    slowest = max(stages, key=lambda st: st.microbatch_s)
+    busy = (m - 1) * slowest.microbatch_s + sum(st.microbatch_s for st in stages)
+    sync = max(st.sync_s for st in stages)
+    step = busy + sync
+    compute = slowest.plan.compute_time_s
+    comm = step - compute - (busy - m * slowest.microbatch_s)
+    bubble = step - compute - comm
+    vol_mb = [st.volume_microbatch_s for st in stages]
+    volume_step = (m - 1) * max(vol_mb) + sum(vol_mb) + max(st.volume_sync_s for st in stages)
+    info = PipelineInfo(tuple(stages), m, micro.meta["config"].batch_size, step, compute, comm,
+                        bubble, p2p_bytes, "1F1B", volume_step)
+    return _merge(micro, topology, links, mode, cost_model, limit, info, loads, stage_plans)
+
+
+def _boundary_bytes(micro: OpGraph, ranges: list[tuple[int, int]]) -> list[float]:
+    """Bytes of the activation leaving each stage but the last (one micro-batch)."""
+    out = []
+    for _, b in ranges[:-1]:
+        last = [op for op in micro.ops if op.layer == b][-1]
+        out.append(float(micro.tensors[last.output].nbytes))
+    return out
+
+
+def _plan_stage(
+    micro: OpGraph,
+    topology: Topology,
+    mode: str,
+    cost_model: str,
+    limit: float,
+    a: int,
+    b: int,
+    head: bool,
+    tail: bool,
+    copies: int,
+    hosts: int,
+    m: int,
+    allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None,
+    space: SearchSpace,
+    search_fixed: Callable[..., tuple],
+    choices_of: Callable[..., dict],
+    deadline: float,
+) -> _StagePlan | None:
+    """The exact intra-operator plan of one stage on its hosts (None if it cannot fit)."""
+    sg = stage_graph(micro, a, b, head=head, tail=tail)
+    sub = sub_topology(topology, tuple(range(hosts)))
+    sub_links = LinkModel(sub)
+    comm = TopologyCost(sub_links) if cost_model == "topology" else VolumeCost()
+    allow = allow_for(sg, sub) if allow_for is not None else None
+    try:
+        problem, sol, info = search_fixed(
+            sg, sub, mode=mode, comm=comm, limit=limit, microbatches=m,
+            activation_copies=copies, zero_stages=PIPELINE_ZERO, space=space, allow=allow,
+            deadline=deadline,
+        )
+    except (InfeasibleError, TapsError):
+        return None
+    plan = evaluate(
+        sg, sub_links, mode, choices_of(problem, sol), label="stage", cost_model=cost_model,
+        search=info, memory_limit_bytes=limit, microbatches=m, activation_copies=copies,
+    )
+    return _StagePlan(
+        plan, _sync_seconds(plan, TopologyCost(sub_links)), _sync_seconds(plan, VolumeCost())
+    )
+
+
+def _merge(
+    micro: OpGraph,
+    topology: Topology,
+    links: LinkModel,
+    mode: str,
+    cost_model: str,
+    limit: float,
+    info: PipelineInfo,
+    p2p_loads: np.ndarray,
+    stage_plans: list[_StagePlan],
+) -> Plan:
+    """One Plan for the whole pipeline: every stage's ops (tagged), the links of all stages
+    (each stage's plan on its own hosts, shifted to them) plus the sends."""
+    index = {(u, v): i for i, (u, v, _) in enumerate(links.links)}
+    load = p2p_loads.copy()
+    ops = []
+    intra = inter = volume = 0.0
+    memory = max((sp.plan.memory for sp in stage_plans), key=lambda mm: mm.total)
+    g = topology.gpus_per_node
+    for st in info.stages:
+        shift = st.hosts[0]
+        rename = _host_renamer(topology, shift, g)
+        for lt in st.plan.links:
+            key = (rename(lt.src), rename(lt.dst))
+            if key in index:
+                load[index[key]] += lt.bytes
+        ops += [replace(op, stage=st.index) for op in st.plan.ops]
+        intra += st.plan.intra_node_bytes
+        inter += st.plan.inter_node_bytes
+        volume += st.plan.volume_comm_time_s
+    inter += info.p2p_bytes
+    traffic = tuple(
+        LinkTraffic(u, v, link.kind, link.bandwidth_Bps, float(b), float(b / links.capacity_Bps[i]))
+        for i, ((u, v, link), b) in enumerate(zip(links.links, load))
+        if b > 0
+    )
+    statuses = {sp.plan.search.status for sp in stage_plans}
+    base = stage_plans[0].plan
+    search = SearchInfo(
+        base.search.algorithm,
+        sum(sp.plan.search.time_s for sp in stage_plans),
+        sum(sp.plan.search.num_strategies for sp in stage_plans),
+        "optimal" if statuses == {"optimal"} else "feasible",
+    )
+    return Plan(
+        label="taps",
+        model_name=micro.name,
+        parameters=micro.num_parameters,
+        topology_name=topology.name,
+        nodes=topology.nodes,
+        gpus_per_node=topology.gpus_per_node,
+        mode=mode,
+        cost_model=cost_model,
+        ops=tuple(ops),
+        links=traffic,
+        memory=memory,
+        memory_limit_bytes=limit,
+        intra_node_bytes=intra,
+        inter_node_bytes=inter,
+        search=search,
+        volume_comm_time_s=volume,
+        microbatches=info.microbatches,
+        flash_attention=base.flash_attention,
+        pipeline=info,
+    )
+
+
+def _host_renamer(topology: Topology, shift: int, g: int) -> Callable[[str], str]:
+    """Map a device name of hosts 0.. to the same device on hosts shift.. (by position)."""
+    if shift == 0:
+        return lambda name: name
+    by_host: dict[int | None, list[str]] = {}
+    for d in topology.devices:
+        by_host.setdefault(d.host, []).append(d.name)
+    where = {}
+    for host, names in by_host.items():
+        if host is None:
+            continue
+        for pos, name in enumerate(names):
+            where[name] = (host, pos)
+    lookup = {(h, pos): n for n, (h, pos) in where.items()}
+
+    def rename(name: str) -> str:
+        if name not in where:
+            return name  # a shared switch
+        h, pos = where[name]
+        return lookup.get((h + shift, pos), name)
+
+    return rename
