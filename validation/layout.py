@@ -25,6 +25,7 @@ as the engine costs them: ``none``, ``slice`` (free), ``all_gather`` or ``all_to
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -418,16 +419,24 @@ def _positions(pool: np.ndarray, wanted: np.ndarray) -> np.ndarray | None:
 
 
 def _check_partition(op, lay: OpLayout, contracted: set[str], sizes: dict[str, int]) -> None:
-    """Members of a contracted group must hold disjoint pieces that cover every letter."""
+    """Members of a contracted group must hold disjoint blocks of the contracted letters that
+    together cover them (with several contracted letters split, blocks of their product)."""
+    letters = sorted(contracted)
+    total = math.prod(sizes[ch] for ch in letters)
     for members in lay.contract_group:
         if len(members) == 1:
             continue
-        for ch in contracted:
-            pieces = np.concatenate([lay.letters[m][ch] for m in members])
-            if len(pieces) != sizes[ch] or len(np.unique(pieces)) != sizes[ch]:
-                raise UnsupportedPlanError(
-                    f"op {op.name}: the contracted letter {ch} is not partitioned over "
-                    f"group {members}")
+        seen: set[tuple[int, ...]] = set()
+        count = 0
+        for m in members:
+            lists = [lay.letters[m][ch].tolist() for ch in letters]
+            count += math.prod(len(x) for x in lists)
+            seen.update(itertools.product(*lists))
+        if count != total or len(seen) != total:
+            bad = next((ch for ch in letters), "?")
+            raise UnsupportedPlanError(
+                f"op {op.name}: the contracted letter {bad} is not partitioned over "
+                f"group {members}")
 
 
 def replication(state: TensorState) -> list[int]:
