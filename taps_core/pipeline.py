@@ -29,7 +29,15 @@ from taps_core.collectives import TopologyCost, VolumeCost
 from taps_core.errors import InfeasibleError, TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
-from taps_core.plan import LinkTraffic, PipelineInfo, Plan, SearchInfo, StageInfo, evaluate
+from taps_core.plan import (
+    LinkTraffic,
+    PipelineInfo,
+    Plan,
+    SearchInfo,
+    StageInfo,
+    evaluate,
+    workload_of,
+)
 from taps_core.search_problem import StrategyFilter
 from taps_core.strategies import SearchSpace
 from taps_core.topology import Topology
@@ -429,6 +437,7 @@ def _merge(
         microbatches=info.microbatches,
         flash_attention=base.flash_attention,
         pipeline=info,
+        workload=workload_of(micro, info.microbatches),
     )
 
 

@@ -146,6 +146,7 @@ class Plan:
     microbatches: int = 1
     flash_attention: bool = False
     pipeline: PipelineInfo | None = None
+    workload: dict[str, object] = field(default_factory=dict)  # batch, seq, dtype of the step
 
     @property
     def comm_time_s(self) -> float:
@@ -336,4 +337,21 @@ def evaluate(
         volume_comm_time_s=volume_s,
         microbatches=microbatches,
         flash_attention=bool(getattr(cfg, "flash_attention", False)),
+        workload=workload_of(graph, microbatches),
     )
+
+
+def workload_of(graph: OpGraph, microbatches: int = 1) -> dict[str, object]:
+    """The step's workload from the model config: global batch (samples), micro-batch,
+    sequence length (tokens) and dtype; empty without a config."""
+    cfg = graph.meta.get("config")
+    if cfg is None or not hasattr(cfg, "batch_size"):
+        return {}
+    out: dict[str, object] = {
+        "batch_size": cfg.batch_size * microbatches,
+        "micro_batch_size": cfg.batch_size,
+        "dtype": cfg.dtype,
+    }
+    if getattr(cfg, "model_type", "") != "resnet":
+        out["seq_length"] = cfg.seq_length
+    return out

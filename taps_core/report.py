@@ -38,6 +38,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         },
         "mode": plan.mode,
         "cost_model": plan.cost_model,
+        "workload": plan.workload,
         "totals": {
             "comm_time_s": plan.comm_time_s,
             "compute_time_s": plan.compute_time_s,
@@ -55,7 +56,9 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "kv_cache": plan.memory.kv_cache,
             },
             "volume_comm_time_s": plan.volume_comm_time_s,
+            "bubble_time_s": plan.bubble_time_s,
         },
+        "pipeline": pipeline_to_json(plan),
         "levers": {
             "microbatches": plan.microbatches,
             "flash_attention": plan.flash_attention,
@@ -71,6 +74,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "sharding": sharding_class(op),
                 "zero_stage": op.zero,
                 "recompute": op.recompute,
+                "stage": op.stage,
                 "compute_time_s": op.compute_s,
                 "comm_time_s": op.comm_time_s,
                 "comm_bytes": op.comm_bytes,
@@ -97,6 +101,38 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             "note": plan.search.note,
         },
         "summary": describe(plan),
+    }
+
+
+def pipeline_to_json(plan: Plan) -> dict[str, Any] | None:
+    """The pipeline of a plan (None without stages): stages with their layers, hosts and
+    per-micro-batch times, the 1F1B schedule's figures and the point-to-point bytes."""
+    pi = plan.pipeline
+    if pi is None:
+        return None
+    return {
+        "schedule": pi.schedule,
+        "microbatches": pi.microbatches,
+        "micro_batch_size": pi.micro_batch_size,
+        "step_time_s": pi.step_time_s,
+        "bubble_time_s": pi.bubble_time_s,
+        "bubble_fraction": pi.bubble_fraction,
+        "p2p_bytes": pi.p2p_bytes,
+        "stages": [
+            {
+                "index": st.index,
+                "layers": list(st.layers) if st.layers is not None else None,
+                "hosts": list(st.hosts),
+                "nodes": list(st.hosts),
+                "gpus": st.gpus,
+                "microbatch_time_s": st.microbatch_s,
+                "send_time_s": st.send_s,
+                "sync_time_s": st.sync_s,
+                "memory_per_device_bytes": st.plan.memory.total,
+                "summary": describe(st.plan),
+            }
+            for st in pi.stages
+        ],
     }
 
 
@@ -178,7 +214,11 @@ def levers_words(plan: Plan) -> list[str]:
         out.append(f"ZeRO-{stage} sharded optimizer state" + (
             ", gradients and parameters" if stage == 3 else (
                 " and gradients" if stage == 2 else "")))
-    if plan.microbatches > 1:
+    if plan.pipeline is not None:
+        pi = plan.pipeline
+        out.insert(0, f"{len(pi.stages)} pipeline stages x {pi.microbatches} micro-batches "
+                      f"(bubble {100 * pi.bubble_fraction:.0f}%)")
+    elif plan.microbatches > 1:
         out.append(f"{plan.microbatches} micro-batches")
     return out
 
