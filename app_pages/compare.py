@@ -7,9 +7,15 @@ import json
 import streamlit as st
 
 from dashboard import cache, state
-from dashboard.charts import link_diff_figure, plan_name, time_figure
+from dashboard.charts import link_diff_figure, plan_name, search_status, time_figure
 from dashboard.graph_view import dag_figure, dag_layout, op_rows
-from dashboard.widgets import context_caption, need_model, need_topology, show_chart
+from dashboard.widgets import (
+    context_caption,
+    export_buttons,
+    need_model,
+    need_topology,
+    show_chart,
+)
 from taps_core.explain import replication_warning, slow_baseline_warning
 from taps_core.plan import Plan
 from taps_core.planner import NotFitting, reduction
@@ -62,23 +68,31 @@ def main() -> None:
         st.markdown("#### Why these plans differ")
         for label in BASELINES:
             other = plans[label]
-            if isinstance(other, Plan):
+            # the engine's reasons read a baseline without stages (its shares of compute)
+            if isinstance(other, Plan) and other.pipeline is None:
                 text = slow_baseline_warning(taps, other, graph, plan_name(label))
                 if text:
                     st.warning(text)
-        warning = replication_warning(taps)
-        if warning:
-            st.warning(f"TAPS: {warning}")
-        with st.spinner("Pricing TAPS's decisions against their runner-ups…"):
-            found = cache.why(
-                ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes
-            )
-        if not isinstance(found, cache.Failure):
-            for d in found:
-                st.markdown(f"- TAPS: {d.words}")
+        if taps.pipeline is not None:  # the engine's decision pricing reads flat plans
+            st.markdown(f"- TAPS: {taps.search.note}." if taps.search.note else "")
+        else:
+            warning = replication_warning(taps)
+            if warning:
+                st.warning(f"TAPS: {warning}")
+            with st.spinner("Pricing TAPS's decisions against their runner-ups…"):
+                found = cache.why(
+                    ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes
+                )
+            if not isinstance(found, cache.Failure):
+                for d in found:
+                    st.markdown(f"- TAPS: {d.words}")
     with st.expander("Each plan in words"):
         for label, p in plans.items():
-            words = describe(p) if isinstance(p, Plan) else f"does not fit ({p.reason})"
+            words = (
+                f"{describe(p)} (search: {search_status(p)})"
+                if isinstance(p, Plan)
+                else f"does not fit ({p.reason})"
+            )
             st.markdown(f"- **{plan_name(label)}**: {words}")
 
     st.subheader("Where the strategies differ")
@@ -135,6 +149,15 @@ def main() -> None:
         )
     st.subheader("Per-link differences")
     show_chart(link_diff_figure(taps, other), "compare_links")
+    st.subheader(f"Export the {plan_name(label)} plan")
+    part = label.replace("_", "-")
+    export_buttons(
+        cache.exports(
+            ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes, label
+        ),
+        lambda name: ctx.file_stem(f"{part}_{name}"),
+        key=f"dl_cmp_export_{label}",
+    )
     st.download_button(
         "Comparison JSON",
         lambda: json.dumps(compare_to_json(plans), indent=1),

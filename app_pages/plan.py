@@ -1,5 +1,6 @@
-"""Plan: the searched plan's headline figures, why it looks the way it does, memory, operator
-graph, per-op table and downloads (including the review pack)."""
+"""Plan: the searched plan's headline figures, why it looks the way it does, memory, the
+pipeline schedule (pipelined plans), operator graph, per-op table, framework exports and
+downloads (including the review pack)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import json
 import streamlit as st
 
 from dashboard import cache, state
-from dashboard.charts import fmt_gib, memory_figure
+from dashboard.charts import fmt_gib, lever_notes, memory_figure, search_status
+from dashboard.exports import summary_lines
 from dashboard.graph_view import MAX_VISIBLE_GENERATIONS, dag_figure, dag_layout, op_rows
+from dashboard.pipeline_view import EDGE_MICROBATCHES, FORWARD_SHARE, gantt_figure
 from dashboard.report_html import html_report
 from dashboard.review_pack import review_pack
 from dashboard.topology_view import topology_figure
 from dashboard.widgets import (
     context_caption,
+    export_buttons,
     need_model,
     need_plan,
     op_table,
@@ -41,7 +45,8 @@ def main() -> None:
     c[0].metric(
         "Step time",
         fmt_seconds(plan.total_time_s),
-        help="Compute plus communication per step, no overlap assumed",
+        help="Compute plus communication per step, no overlap assumed"
+        + (" (the slowest pipeline stage's), plus the pipeline bubble" if plan.pipeline else ""),
     )
     c[1].metric(
         "Communication time",
@@ -73,8 +78,57 @@ def main() -> None:
     )
     n = plan.parameters
     c[3].metric("Parameters", f"{n / 1e9:.3g} B" if n >= 1e9 else f"{n / 1e6:.3g} M")
+    s = plan.search
+    st.caption(
+        f"Search result: **{search_status(plan)}** · {s.algorithm}, "
+        f"{s.num_strategies:,} strategies, {fmt_seconds(s.time_s)}"
+    )
     mem_fig = memory_figure(plan)
     show_chart(mem_fig, "memory")
+    notes = lever_notes(plan)
+    st.caption(
+        " ".join(notes)
+        if notes
+        else "No memory lever pulled: every part is held in full by each GPU that needs it."
+    )
+
+    gantt = None
+    if plan.pipeline is not None:
+        pi = plan.pipeline
+        st.subheader("Pipeline schedule")
+        c = st.columns(4)
+        c[0].metric("Stages", len(pi.stages), help="Each on its own group of hosts")
+        c[1].metric(
+            "Micro-batches",
+            f"{pi.microbatches} × {pi.micro_batch_size}",
+            help="Micro-batches per step × samples in each",
+        )
+        c[2].metric(
+            "Pipeline bubble",
+            f"{100 * pi.bubble_fraction:.0f}%",
+            help=f"{fmt_seconds(pi.bubble_time_s)} of fill and drain per step",
+        )
+        c[3].metric(
+            "Between stages",
+            fmt_bytes(pi.p2p_bytes),
+            help="Boundary activations forward and their gradients back, per step",
+        )
+        gantt = gantt_figure(plan)
+        show_chart(gantt, "pipeline")
+        fwd = round(FORWARD_SHARE * 3)
+        st.caption(
+            f"Replayed from the engine's per-stage figures under {pi.schedule}: each stage's "
+            "time per micro-batch (compute and in-stage communication) split forward : "
+            f"backward = {fwd} : {3 - fwd} (the engine reports them together); a middle "
+            "stage's send time halved between its forward and backward sends. Hatched = the "
+            "stage waits (fill, drain, or a slower stage). Numbers are micro-batches"
+            + (
+                f"; past {2 * EDGE_MICROBATCHES + 1} micro-batches the steady state between "
+                f"the first and last {EDGE_MICROBATCHES} is cut (dotted column)."
+                if pi.microbatches > 2 * EDGE_MICROBATCHES + 1
+                else "."
+            )
+        )
 
     st.subheader("Operator graph")
     expand = st.toggle("Show every layer (expand identical layers)", key="plan_expand")
@@ -87,13 +141,30 @@ def main() -> None:
         if columns > MAX_VISIBLE_GENERATIONS
         else " Drag to pan, scroll to zoom."
     )
+    staged = (
+        " Shaded bands = pipeline stages; across hosts means across the stage's hosts."
+        if plan.pipeline is not None
+        else ""
+    )
     st.caption(
         "Fill colour = how the op is split inside a host; a dark ring = also split across "
-        "hosts, a hollow marker = every host repeats it. Hover a node for shapes and costs." + wide
+        "hosts, a hollow marker = every host repeats it. Hover a node for shapes and costs."
+        + staged
+        + wide
     )
 
     st.subheader("Per-op strategies")
     op_table(op_rows(plan, graph, expand=expand))
+
+    st.subheader("Export to Megatron-LM, DeepSpeed, PyTorch DTensor")
+    exports = cache.exports(
+        ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
+    )
+    export_names = export_buttons(exports, ctx.file_stem, key="dl_export")
+    st.caption(
+        "A plan is exported only when the framework can run that plan, the same splits on the "
+        "same GPUs; otherwise the box names the first op or lever it has no words for."
+    )
 
     st.subheader("Downloads")
     d = st.columns(4)
@@ -118,10 +189,8 @@ def main() -> None:
 
     def figures() -> dict:  # runs on click, in another thread: only captured values inside
         topo_fig = titled(topology_figure(topo, plan), ctx)
-        return {
-            ctx.file_stem(k): f
-            for k, f in (("memory", mem_fig), ("graph", dag), ("topology", topo_fig))
-        }
+        shown = [("memory", mem_fig), ("pipeline", gantt), ("graph", dag), ("topology", topo_fig)]
+        return {ctx.file_stem(k): f for k, f in shown if f is not None}
 
     def report() -> str:
         return html_report(plan, list(figures().values()), rows=op_rows(plan, graph), url=url)
@@ -136,14 +205,19 @@ def main() -> None:
     )
 
     def pack() -> bytes:
+        files = {
+            f"{ctx.file_stem('report')}.html": report(),
+            f"{ctx.file_stem('plan')}.json": json.dumps(plan_to_json(plan), indent=1),
+        }
+        exported = [] if isinstance(exports, cache.Failure) else list(exports)
+        files.update({export_names[f.fmt]: f.text for f in exported if f.fmt in export_names})
+        lines = summary_lines(tuple(exported), export_names)
         return review_pack(
             figures(),
-            files={
-                f"{ctx.file_stem('report')}.html": report(),
-                f"{ctx.file_stem('plan')}.json": json.dumps(plan_to_json(plan), indent=1),
-            },
+            files=files,
             url=url,
-            summary=f"{ctx.tag}\nPlan: {describe(plan)}",
+            summary=f"{ctx.tag}\nPlan: {describe(plan)}\nSearch: {search_status(plan)}\n\n"
+            "Exports:\n" + "\n".join(f"  {line}" for line in lines),
         )
 
     d[3].download_button(
@@ -153,7 +227,8 @@ def main() -> None:
         mime="application/zip",
         on_click="ignore",
         key="dl_pack",
-        help="Charts as SVG and PNG, the HTML report, the plan JSON and this view's URL",
+        help="Charts as SVG and PNG, the HTML report, the plan JSON, the framework exports "
+        "and this view's URL",
     )
     with why_box:
         why_this_plan(ctx, plan)

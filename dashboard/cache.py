@@ -14,6 +14,7 @@ from typing import Any
 
 import streamlit as st
 
+from dashboard.pipeline_view import relabel_stages
 from taps_core.errors import TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
@@ -136,7 +137,7 @@ def plan(
     if isinstance(g, Failure):
         return g
     try:
-        return search(
+        found = search(
             g,
             topology(topo_json),
             mode=mode,
@@ -147,6 +148,7 @@ def plan(
         )
     except TapsError as err:
         return Failure(str(err))
+    return relabel_stages(found, g)
 
 
 @st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
@@ -158,9 +160,36 @@ def comparison(
     if isinstance(g, Failure):
         return g
     try:
-        return compare(g, topology(topo_json), mode=mode, memory_limit_bytes=memory_limit_bytes)
+        plans = compare(g, topology(topo_json), mode=mode, memory_limit_bytes=memory_limit_bytes)
     except TapsError as err:
         return Failure(str(err))
+    return {k: relabel_stages(p, g) if isinstance(p, Plan) else p for k, p in plans.items()}
+
+
+@st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
+def exports(
+    work: Workload,
+    topo_json: str,
+    mode: str,
+    cost_model: str,
+    memory_limit_bytes: float | None,
+    baseline: str | None = None,
+) -> Any:
+    """:func:`dashboard.exports.plan_exports` of the plan :func:`plan` returns, or of the
+    ``baseline`` plan of :func:`comparison`; a Failure when there is no such plan."""
+    from dashboard.exports import plan_exports
+    from taps_core.report import plan_to_json
+
+    if baseline is None:
+        p: Any = plan(work, topo_json, mode, cost_model, memory_limit_bytes)
+    else:
+        found = comparison(work, topo_json, mode, memory_limit_bytes)
+        p = found if isinstance(found, Failure) else found.get(baseline)
+    if isinstance(p, Failure):
+        return p
+    if not isinstance(p, Plan):
+        return Failure(f"no {baseline} plan to export")
+    return plan_exports(plan_to_json(p), model_text=work[1])
 
 
 @st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)

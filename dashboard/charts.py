@@ -16,6 +16,7 @@ import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from taps_core.explain import Case
+from taps_core.pipeline import objective
 from taps_core.plan import Plan
 from taps_core.planner import NotFitting
 from taps_core.report import fmt_bytes, fmt_seconds
@@ -52,7 +53,9 @@ MEMORY_PARTS = (
     ("gradients", "#56B4E9"),
     ("optimizer", "#E69F00"),
     ("activations", "#009E73"),
+    ("kv_cache", "#CC79A7"),
 )
+MEMORY_NAMES = {"kv_cache": "KV cache"}
 OP_KIND_COLORS = (
     "#0072B2",
     "#E69F00",
@@ -153,39 +156,128 @@ def plan_name(label: str) -> str:
 
 def memory_parts(plan: Plan) -> dict[str, float]:
     """Non-zero parts of the memory per device (bytes), whatever parts the engine reports."""
-    parts = dataclasses.asdict(plan.memory) if dataclasses.is_dataclass(plan.memory) else {}
+    return _parts(plan.memory)
+
+
+def _parts(memory: object) -> dict[str, float]:
+    parts = dataclasses.asdict(memory) if dataclasses.is_dataclass(memory) else {}
     return {k: float(v) for k, v in parts.items() if isinstance(v, (int, float)) and v > 0}
 
 
+def search_status(plan: Plan) -> str:
+    """The search's claim in words: ``optimal (proven)``, or the best plan found and how far
+    the proven lower bound lies below it (under the cost model the search minimised)."""
+    s = plan.search
+    if s.status == "optimal":
+        return "optimal (proven)"
+    if s.status == "feasible":
+        if s.lower_bound_s is not None and s.lower_bound_s > 0:
+            value = objective(plan, plan.cost_model)
+            gap = max(value - s.lower_bound_s, 0.0) / value if value > 0 else 0.0
+            return (
+                f"best found, within {100 * gap:.2g}% of the proven bound "
+                f"({fmt_seconds(s.lower_bound_s)})"
+            )
+        return "best found (no bound proven)"
+    return s.status
+
+
+def lever_labels(plan: Plan) -> list[str]:
+    """The memory levers a plan pulls, short (``ZeRO-1``, ``recompute 3/12 layers``, ...)."""
+    out = []
+    zero = sorted({op.zero for op in plan.ops if op.zero})
+    if zero:
+        out.append("ZeRO-" + "/".join(map(str, zero)))
+    layers = len({op.layer for op in plan.ops if op.layer is not None})
+    if plan.recomputed_layers:
+        out.append(f"recompute {plan.recomputed_layers}/{layers} layers")
+    if plan.microbatches > 1:
+        out.append(f"{plan.microbatches} micro-batches")
+    if plan.flash_attention:
+        out.append("flash attention")
+    return out
+
+
+def lever_notes(plan: Plan) -> list[str]:
+    """What each lever the plan pulls does to the memory bars, one sentence each."""
+    out = []
+    zero = max((op.zero for op in plan.ops), default=0)
+    if zero:
+        held = {
+            1: "optimizer state",
+            2: "optimizer state and gradients",
+            3: "optimizer state, gradients and parameters",
+        }[min(zero, 3)]
+        out.append(
+            f"ZeRO-{zero}: each weight's {held} divided over the GPUs that hold copies "
+            "of it (its data-parallel group)."
+        )
+    if plan.recomputed_layers:
+        layers = len({op.layer for op in plan.ops if op.layer is not None})
+        out.append(
+            f"Recomputation: {plan.recomputed_layers} of {layers} layers keep only "
+            "their input for backward and run their forward again."
+        )
+    pi = plan.pipeline
+    if pi is not None:
+        p = len(pi.stages)
+        out.append(
+            f"Pipeline: activations are kept per micro-batch in flight "
+            f"({pi.micro_batch_size} samples each); under 1F1B the first stage holds up "
+            f"to {min(p, pi.microbatches)} at once, the last stage one."
+        )
+    elif plan.microbatches > 1:
+        out.append(
+            f"Gradient accumulation: activations of one micro-batch at a time "
+            f"(1/{plan.microbatches} of the batch)."
+        )
+    if plan.flash_attention:
+        out.append("Flash attention: no attention-score tensors kept for backward.")
+    if plan.memory.kv_cache > 0:
+        out.append("KV cache: K and V of every layer for the whole sequence.")
+    return out
+
+
 def memory_figure(plan: Plan) -> go.Figure:
-    """Memory per device as one stacked bar (only the parts this mode holds)."""
+    """Memory per device as one stacked bar (one per stage for a pipelined plan), only the
+    parts this mode holds; the title names the memory levers the plan pulls."""
     fig = go.Figure()
     m = plan.memory
     colors = dict(MEMORY_PARTS)
-    extra = iter(OP_KIND_COLORS[4:])
-    parts = memory_parts(plan)
-    unit, scale = ("GiB", GiB) if m.total >= GiB else ("MiB", 2**20)
-    for part, nbytes in parts.items():
-        name = part.replace("_", " ")
+    pi = plan.pipeline
+    rows = (
+        [(f"stage {st.index}", st.plan.memory) for st in pi.stages]
+        if pi is not None
+        else [("per device", m)]
+    )
+    parts: dict[str, list[float]] = {}
+    for i, (_, mem) in enumerate(rows):
+        for part, nbytes in _parts(mem).items():
+            parts.setdefault(part, [0.0] * len(rows))[i] = nbytes
+    total = max((mem.total for _, mem in rows), default=m.total)
+    unit, scale = ("GiB", GiB) if total >= GiB else ("MiB", 2**20)
+    extra = iter(OP_KIND_COLORS[5:])
+    for part, values in parts.items():
+        name = MEMORY_NAMES.get(part, part.replace("_", " "))
         fig.add_bar(
-            y=["per device"],
-            x=[nbytes / scale],
+            y=[label for label, _ in rows],
+            x=[round(v / scale, 6) for v in values],
             orientation="h",
             name=name,
             marker_color=colors.get(part) or next(extra, "#999999"),
-            hovertemplate=f"{name}: %{{x:.3g}} {unit}<extra></extra>",
+            hovertemplate=f"%{{y}} {name}: %{{x:.3g}} {unit}<extra></extra>",
         )
     limit = plan.memory_limit_bytes / scale
-    total = m.total / scale
-    if total >= 0.2 * limit:  # near the limit: show both to scale
+    top = total / scale
+    if top >= 0.2 * limit:  # near the limit: show both to scale
         fig.add_vline(
             x=limit,
             line=dict(color="#b91c1c", dash="dash", width=2),
             annotation=dict(text=f"limit {fmt_gib(plan.memory_limit_bytes)}", font=dict(size=12)),
         )
-        fig.update_xaxes(range=[0, max(limit, total) * 1.08])
+        fig.update_xaxes(range=[0, max(limit, top) * 1.08])
     else:  # far below it: zoom on the bar, say where the limit is
-        fig.update_xaxes(range=[0, total * 1.25 or 1.0])
+        fig.update_xaxes(range=[0, top * 1.25 or 1.0])
         fig.add_annotation(
             x=1,
             xref="paper",
@@ -198,11 +290,16 @@ def memory_figure(plan: Plan) -> go.Figure:
             font=dict(size=12, color="#b91c1c"),
         )
     fig.update_layout(barmode="stack")
+    if pi is not None:
+        fig.update_yaxes(autorange="reversed")
+    levers = lever_labels(plan)
+    where = " (fullest stage)" if pi is not None else ""
     return style(
         fig,
-        f"Memory per device: {fmt_gib(m.total)} of {fmt_gib(plan.memory_limit_bytes)}",
+        f"Memory per device{where}: {fmt_gib(m.total)} of {fmt_gib(plan.memory_limit_bytes)}"
+        + (f" · levers: {', '.join(levers)}" if levers else " · no memory levers"),
         x=f"memory per device ({unit})",
-        height=250,
+        height=250 if pi is None else 220 + 34 * len(rows),
     )
 
 
@@ -215,6 +312,7 @@ def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
     names = [plan_name(lb) for lb in labels]
     comp = [p.compute_time_s * 1e3 if isinstance(p, Plan) else 0.0 for p in plans.values()]
     comm = [p.comm_time_s * 1e3 if isinstance(p, Plan) else 0.0 for p in plans.values()]
+    bubble = [p.bubble_time_s * 1e3 if isinstance(p, Plan) else 0.0 for p in plans.values()]
     fig = go.Figure()
     fig.add_bar(
         x=names,
@@ -230,7 +328,15 @@ def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
         marker_color=[PLAN_COLORS.get(lb, "#333") for lb in labels],
         hovertemplate="%{x}<br>communication %{y:.3g} ms<extra></extra>",
     )
-    top = max((a + b for a, b in zip(comp, comm)), default=1.0) or 1.0
+    if any(bubble):  # pipelined plans: the fill-and-drain idle time is part of the step
+        fig.add_bar(
+            x=names,
+            y=bubble,
+            name="pipeline bubble (idle)",
+            marker=dict(color="#e5e7eb", pattern=dict(shape="/", fgcolor="#6b7280", size=6)),
+            hovertemplate="%{x}<br>pipeline bubble %{y:.3g} ms<extra></extra>",
+        )
+    top = max((a + b + c for a, b, c in zip(comp, comm, bubble)), default=1.0) or 1.0
     for name, p in zip(names, plans.values()):
         if isinstance(p, NotFitting):
             fig.add_annotation(
@@ -253,7 +359,9 @@ def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
     fig.update_layout(barmode="stack")
     return style(
         fig,
-        "Step time per plan (compute + communication, no overlap)",
+        "Step time per plan (compute + communication"
+        + (" + pipeline bubble" if any(bubble) else "")
+        + ", no overlap)",
         x="plan",
         y="time per step (ms)",
     )

@@ -1,9 +1,10 @@
 """The operator graph as a left-to-right DAG, with repeated layers folded into one block.
 
 Two layers are *identical* when they have the same ops (names relative to the layer), output
-shapes and strategies. Collapsed, each distinct layer is drawn once, marked ``x N``; edges from
-one copy of a layer to the next would loop back into the block and are dropped. Positions
-come from networkx's topological generations (x) and the order inside a generation (y).
+shapes, strategies, ZeRO stages, recomputation and pipeline stage. Collapsed, each distinct
+layer is drawn once, marked ``x N``; edges from one copy of a layer to the next would loop back
+into the block and are dropped. Positions come from networkx's topological generations (x) and
+the order inside a generation (y). A pipelined plan's stages are shaded bands.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import networkx as nx
 import plotly.graph_objects as go
 
 from dashboard.charts import FONT, SHARDING_COLORS, style
+from dashboard.pipeline_view import stage_label
 from taps_core.explain import layer_relative_names
 from taps_core.graph import OpGraph
 from taps_core.plan import OpPlan, Plan
@@ -50,11 +52,13 @@ class LayerGroups:
 def layer_groups(plan: Plan, graph: OpGraph) -> LayerGroups:
     """Group identical layers of a plan (see the module docstring)."""
     relative = _relative_names(plan)
-    sig: dict[int, list[tuple[str, str, tuple[int, ...]]]] = {}
+    sig: dict[int, list[tuple]] = {}
     for op in plan.ops:
         if op.layer is not None:
             shape = graph.tensors[graph.op_by_name[op.name].output].shape
-            sig.setdefault(op.layer, []).append((relative[op.name], op.strategy.label(), shape))
+            sig.setdefault(op.layer, []).append(
+                (relative[op.name], op.strategy.label(), shape, op.zero, op.recompute, op.stage)
+            )
     first: dict[tuple, int] = {}
     rep: dict[int, int] = {}
     for layer, ops in sig.items():  # dict order = first appearance in the graph
@@ -98,8 +102,9 @@ def dag_layout(plan: Plan, graph: OpGraph, *, expand: bool = False) -> DagLayout
     dag = nx.DiGraph()
     dag.add_nodes_from(shown)
     for u, v in graph.digraph.edges:
-        a, b = to_shown[u], to_shown[v]
-        if index[a] < index[b]:  # edges folding back into a block are dropped: stays a DAG
+        a, b = to_shown.get(u), to_shown.get(v)
+        # edges folding back into a block are dropped: stays a DAG
+        if a is not None and b is not None and index[a] < index[b]:
             dag.add_edge(a, b)
     pos: dict[str, tuple[float, float]] = {}
     for x, gen in enumerate(nx.topological_generations(dag)):
@@ -123,8 +128,17 @@ def inside_class(op: OpPlan) -> str:
     return sharding_class(replace(op, strategy=replace(op.strategy, inter=())))
 
 
+def host_counts(plan: Plan) -> dict[int | None, int]:
+    """Hosts an op runs on, by pipeline stage (key None: the whole cluster, no stages)."""
+    out: dict[int | None, int] = {None: plan.nodes}
+    if plan.pipeline is not None:
+        out.update({st.index: len(st.hosts) for st in plan.pipeline.stages})
+    return out
+
+
 def across_state(op: OpPlan, nodes: int) -> str:
-    """``split`` (uses every host), ``repeated`` (hosts repeat it) or ``single`` (one host)."""
+    """``split`` (uses every host it runs on: the cluster's, or its pipeline stage's),
+    ``repeated`` (those hosts repeat it) or ``single`` (one host)."""
     if nodes <= 1:
         return "single"
     return "split" if math.prod(f for _, f in op.strategy.inter) == nodes else "repeated"
@@ -158,6 +172,9 @@ def _hover(op: OpPlan, graph: OpGraph, copies: int, differs: int | None, baselin
         f"output: {spec.output} {list(out.shape)}",
         f"strategy: {op.strategy.label()} ({sharding_class(op)})",
         f"= {strategy_words(op.strategy)}",
+        f"ZeRO-{op.zero}"
+        + (", layer recomputed in backward" if op.recompute else "")
+        + (f", pipeline stage {op.stage}" if op.stage is not None else ""),
         f"compute {fmt_seconds(op.compute_s)}, comm {fmt_seconds(op.comm_time_s)} "
         f"({fmt_bytes(op.comm_bytes)})" + (" per layer" if copies > 1 else ""),
     ]
@@ -223,13 +240,18 @@ def dag_figure(
                 font=dict(size=13 if copies > 1 else 12, color="#374151"),
             )
         )
+    ys_all = [p[1] for p in lay.pos.values()] or [0.0]
+    top = max(ys_all) + (2.6 if plan.pipeline is not None else 1.6)
+    band_shapes, band_notes = stage_bands(plan, lay, top)
+    shapes = band_shapes + shapes
+    notes += band_notes
     fig.update_layout(shapes=shapes, annotations=notes)  # at once: add_shape is quadratic
-    nodes = plan.nodes
+    hosts = host_counts(plan)
     by_class: dict[tuple[str, str], list[str]] = {}
     for name in lay.nodes:
-        by_class.setdefault((inside_class(ops[name]), across_state(ops[name], nodes)), []).append(
-            name
-        )
+        op = ops[name]
+        state = across_state(op, hosts.get(op.stage, plan.nodes))
+        by_class.setdefault((inside_class(op), state), []).append(name)
     many = len(lay.nodes) > 400
     chars = label_chars(lay)
     shown_classes: set[str] = set()
@@ -271,7 +293,7 @@ def dag_figure(
                 hoverinfo="text",
             )
             shown_classes.add(klass)
-    if nodes > 1:  # legend keys for the across-hosts encoding
+    if any(state != "single" for _, state in by_class):  # legend keys: across-hosts encoding
         for label, marker in (
             (
                 "dark ring: also split across hosts",
@@ -299,6 +321,14 @@ def dag_figure(
             hoverinfo="skip",
             marker=dict(size=24, symbol="circle-open", color="#dc2626", line=dict(width=3)),
         )
+    if band_shapes:
+        fig.add_scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            name="pipeline stage (shaded band)",
+            marker=dict(size=16, symbol="square", color=STAGE_FILLS[0], line=dict(width=0)),
+        )
     if any(copies > 1 for _, copies, _ in lay.blocks):
         fig.add_scatter(
             x=[None],
@@ -322,7 +352,7 @@ def dag_figure(
         range=[-0.8, min(xmax, MAX_VISIBLE_GENERATIONS) + 0.8],
     )
     fig.update_yaxes(
-        showgrid=False, zeroline=False, showticklabels=False, range=[min(ys) - 1.4, max(ys) + 1.6]
+        showgrid=False, zeroline=False, showticklabels=False, range=[min(ys) - 1.4, top]
     )
     height = int(max(360, 90 * (max(ys) - min(ys) + 3)))
     what = "all layers" if expand else "identical layers folded"
@@ -336,6 +366,52 @@ def dag_figure(
     )
     fig.update_layout(dragmode="pan", font=FONT)
     return fig
+
+
+STAGE_FILLS = ("rgba(86,180,233,0.16)", "rgba(230,159,0,0.14)")  # sky blue, orange (Okabe-Ito)
+
+
+def stage_bands(plan: Plan, lay: DagLayout, top: float) -> tuple[list[dict], list[dict]]:
+    """Shaded bands (and labels at ``top``) over the columns of each pipeline stage's ops;
+    nothing for a plan without stages."""
+    pi = plan.pipeline
+    if pi is None:
+        return [], []
+    stage_of = {op.name: op.stage for op in plan.ops}
+    columns: dict[int, list[float]] = {}
+    for name in lay.nodes:
+        if stage_of.get(name) is not None:
+            columns.setdefault(stage_of[name], []).append(lay.pos[name][0])
+    ys = [p[1] for p in lay.pos.values()] or [0.0]
+    shapes, notes = [], []
+    for st in pi.stages:
+        xs = columns.get(st.index)
+        if not xs:
+            continue
+        shapes.append(
+            dict(
+                type="rect",
+                x0=min(xs) - 0.5,
+                x1=max(xs) + 0.5,
+                y0=min(ys) - 1.3,
+                y1=top - 0.05,
+                line=dict(width=0),
+                fillcolor=STAGE_FILLS[st.index % 2],
+                layer="below",
+            )
+        )
+        notes.append(
+            dict(
+                x=min(xs) - 0.45,
+                y=top - 0.1,
+                xanchor="left",
+                yanchor="top",
+                text=f"<b>{stage_label(st)}</b>",
+                showarrow=False,
+                font=dict(size=12, color="#1f2937"),
+            )
+        )
+    return shapes, notes
 
 
 def op_rows(
@@ -357,10 +433,14 @@ def op_rows(
             "strategy": op.strategy.label(),
             "in words": strategy_words(op.strategy),
             "sharding": sharding_class(op),
+            "ZeRO": op.zero,
+            "recompute": "yes" if op.recompute else "",
             "compute (ms)": op.compute_s * 1e3,
             "comm (ms)": op.comm_time_s * 1e3,
             "comm (MB)": op.comm_bytes / 1e6,
         }
+        if plan.pipeline is not None:
+            row["stage"] = "" if op.stage is None else str(op.stage)
         if highlight is not None:
             members = (name,) if expand else groups.members[name]
             row["differs"] = sum(m in highlight for m in members)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from dashboard.charts import fmt_gib
+from dashboard.charts import fmt_gib, search_status
 from taps_core.plan import Plan
 from taps_core.report import describe, fmt_bytes, fmt_seconds
 
@@ -78,10 +78,20 @@ def html_report(
         },
         {
             "figure": "search",
-            "value": f"{plan.search.algorithm}, "
-            f"{fmt_seconds(plan.search.time_s)}, {plan.search.status}",
+            "value": f"{search_status(plan)} ({plan.search.algorithm}, "
+            f"{fmt_seconds(plan.search.time_s)})",
         },
     ]
+    pi = plan.pipeline
+    if pi is not None:
+        headline.append(
+            {
+                "figure": "pipeline",
+                "value": f"{len(pi.stages)} stages × {pi.microbatches} micro-batches of "
+                f"{pi.micro_batch_size} ({pi.schedule}), bubble {100 * pi.bubble_fraction:.0f}% "
+                f"({fmt_seconds(pi.bubble_time_s)}), {fmt_bytes(pi.p2p_bytes)} between stages",
+            }
+        )
     links = busiest_link_rows(plan)
     charts = []
     for i, fig in enumerate(figures):

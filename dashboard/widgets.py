@@ -323,6 +323,9 @@ def why_this_plan(ctx: Context, plan: Plan) -> None:
     from taps_core.sweep import reprice
 
     st.markdown("#### Why this plan")
+    if plan.pipeline is not None:
+        pipeline_words(plan)
+        return
     warning = replication_warning(plan)
     if warning:
         st.warning(warning)
@@ -373,8 +376,8 @@ def page_url() -> str:
 def op_table(rows: list[dict], *, extra: tuple[str, ...] = ()) -> None:
     """The per-op table, narrow enough for the page (the compact strategy label is in the
     graph's hover and the JSON; the words say the same)."""
-    order = ["op", "kind", "layer", "× layers", *extra, "in words", "sharding"]
-    order += ["compute (ms)", "comm (ms)", "comm (MB)"]
+    order = ["op", "kind", "layer", "stage", "× layers", *extra, "in words", "sharding"]
+    order += ["ZeRO", "recompute", "compute (ms)", "comm (ms)", "comm (MB)"]
     number = st.column_config.NumberColumn
     st.dataframe(
         rows,
@@ -388,8 +391,85 @@ def op_table(rows: list[dict], *, extra: tuple[str, ...] = ()) -> None:
             "× layers": number(width="small"),
             "in words": st.column_config.TextColumn(width="large"),
             "sharding": st.column_config.TextColumn(width="medium"),
+            "stage": st.column_config.TextColumn(width="small", help="Pipeline stage"),
+            "ZeRO": number(
+                width="small",
+                help="ZeRO stage of the op's weights: 1 optimizer state, 2 + gradients, "
+                "3 + parameters sharded over the GPUs that hold copies",
+            ),
+            "recompute": st.column_config.TextColumn(
+                width="small", help="The op's layer runs its forward again in backward"
+            ),
             "compute (ms)": number(format="%.4g", width="small"),
             "comm (ms)": number(format="%.4g", width="small"),
             "comm (MB)": number(format="%.4g", width="small"),
         },
     )
+
+
+def pipeline_words(plan: Plan) -> None:
+    """Why a pipelined plan looks the way it does, from its PipelineInfo and search note.
+
+    The engine's decision pricing and its hosts-repeat-work warning read a plan without
+    stages (each stage's ops run on the stage's own hosts), so they are not shown here.
+    """
+    from taps_core.report import fmt_bytes, fmt_seconds
+
+    pi = plan.pipeline
+    assert pi is not None
+    p = len(pi.stages)
+    hosts = sorted({len(s.hosts) for s in pi.stages})
+    per = f"{hosts[0]} host{'s' if hosts[0] > 1 else ''}" if len(hosts) == 1 else "hosts"
+    slowest = max(pi.stages, key=lambda s: s.microbatch_s)
+    st.markdown(
+        f"- **{p} pipeline stages across hosts** ({per} each), the batch of "
+        f"{plan.workload.get('batch_size', '?')} as **{pi.microbatches} micro-batches** of "
+        f"{pi.micro_batch_size} under {pi.schedule}. Between stages only the boundary "
+        f"activation and its gradient move, point to point: {fmt_bytes(pi.p2p_bytes)} per step."
+    )
+    st.markdown(
+        f"- The slowest stage sets the pace: stage {slowest.index} takes "
+        f"{fmt_seconds(slowest.microbatch_s)} per micro-batch; fill and drain leave "
+        f"{fmt_seconds(pi.bubble_time_s)} idle (bubble {100 * pi.bubble_fraction:.0f}% of the "
+        "pipelined part of the step)."
+    )
+    if plan.search.note:
+        st.markdown(f"- Search: {plan.search.note}.")
+    st.caption(
+        "Decisions priced against runner-ups are shown for plans without pipeline stages; "
+        "the stage plans' own choices are in the graph and table below."
+    )
+
+
+def export_buttons(files: Any, stem: Any, *, key: str, label: str = "") -> dict[str, str]:
+    """One download button per framework (or the one-line reason it cannot run the plan,
+    as an info box), their notes in an expander. ``stem(part)`` names a file without its
+    extension; returns ``{format: file name}`` of the files offered."""
+    if isinstance(files, cache.Failure):
+        st.info(f"No export: {files.message}")
+        return {}
+    names: dict[str, str] = {}
+    cols = st.columns(len(files))
+    for col, f in zip(cols, files):
+        name = f"{stem(f.part)}.{f.ext}"
+        if f.text is None:
+            col.info(f.reason)
+            continue
+        names[f.fmt] = name
+        col.download_button(
+            f"{label}{f.framework} ({f.ext})",
+            f.text,
+            file_name=name,
+            mime=f.mime,
+            on_click="ignore",
+            key=f"{key}_{f.fmt}",
+            help=f"{name}: " + "; ".join(f.notes[:1]),
+        )
+    notes = [(f.framework, n) for f in files if f.text is not None for n in f.notes]
+    if notes:
+        with st.expander(
+            "Export notes (what each framework is told, and what it does differently)"
+        ):
+            for framework, note in notes:
+                st.markdown(f"- **{framework}**: {note}")
+    return names
