@@ -21,6 +21,7 @@ FILES = {
     "deepspeed": ("deepspeed-config", "json", "application/json"),
     "dtensor": ("dtensor-plan", "py", "text/x-python"),
 }
+WHAT = {"megatron": "arguments", "deepspeed": "config", "dtensor": "plan"}  # button words
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import streamlit as st
 from dashboard import cache, state
 from dashboard.bounds import check_json_text
 from dashboard.charts import chart_config
+from dashboard.exports import WHAT
 from dashboard.state import (
     COST_MODELS,
     CUSTOM,
@@ -457,7 +458,7 @@ def export_buttons(files: Any, stem: Any, *, key: str, label: str = "") -> dict[
             continue
         names[f.fmt] = name
         col.download_button(
-            f"{label}{f.framework} ({f.ext})",
+            f"{label}{f.framework} {WHAT.get(f.fmt, 'export')} (.{f.ext})",
             f.text,
             file_name=name,
             mime=f.mime,

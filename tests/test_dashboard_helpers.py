@@ -3,13 +3,25 @@
 
 from __future__ import annotations
 
+import itertools
 import re
+from dataclasses import replace
 
 import networkx as nx
 import pytest
 
-from dashboard.charts import chart_config, log_ticks, memory_figure, sweep_figure, time_figure
+from dashboard.charts import (
+    chart_config,
+    lever_labels,
+    log_ticks,
+    memory_figure,
+    search_status,
+    sweep_figure,
+    time_figure,
+)
+from dashboard.exports import plan_exports
 from dashboard.graph_view import dag_figure, dag_layout, label_chars, layer_groups, op_rows
+from dashboard.pipeline_view import gantt_figure, relabel_stages, schedule_1f1b
 from dashboard.report_html import html_report
 from dashboard.review_pack import review_pack
 from dashboard.state import (
@@ -23,17 +35,30 @@ from dashboard.state import (
 from dashboard.topology_view import device_positions, topology_figure
 from taps_core.errors import InvalidInputError
 from taps_core.models import build_graph, load_model_config
-from taps_core.planner import compare, search
+from taps_core.pipeline import search_pipeline
+from taps_core.plan import PipelineInfo, StageInfo
+from taps_core.planner import compare, data_parallel_filter, search
 from taps_core.presets import preset
+from taps_core.report import plan_to_json
 from taps_core.sweep import sweep_inter_bandwidth
 from taps_core.topology_io import dumps, loads
 
 
 @pytest.fixture(scope="module")
 def gpt2():
+    """A plan without pipeline stages (the folding and figure tests read one)."""
     graph = build_graph(load_model_config("gpt2").with_workload(batch_size=8, seq_length=256))
     topo = preset("dgx-a100:2")
-    return graph, topo, search(graph, topo)
+    return graph, topo, search(graph, topo, pipeline=False)
+
+
+@pytest.fixture(scope="module")
+def piped():
+    """GPT-2 in 4 pipeline stages on 4 DGX hosts (the engine's pipeline search, ~0.3 s)."""
+    graph = build_graph(load_model_config("gpt2").with_workload(batch_size=8, seq_length=256))
+    plan = search_pipeline(graph, preset("dgx-a100:4"), stage_counts=(4,))
+    assert plan is not None and plan.pipeline is not None
+    return graph, plan
 
 
 def test_build_spec_round_trips_and_builds():
@@ -240,3 +265,127 @@ def test_review_pack_holds_charts_report_json_and_url(gpt2):
         assert b"<svg" in z.read("gpt2_dgx-a100-2_train_memory.svg")[:400]
     else:
         assert b"could not be rendered" in z.read("README.txt")
+
+
+# ---- pipelined plans, levers, search status, exports ------------------------------------------
+
+
+def _pipeline(plan, p: int, m: int, t: float, send: float = 0.0, sync: float = 0.0):
+    """A hand-made balanced pipeline: ``p`` stages of ``t`` seconds per micro-batch each."""
+    stages = tuple(
+        StageInfo(i, (i, i), (i,), 8, plan, t, sync, send if p > 1 else 0.0, 0.0) for i in range(p)
+    )
+    busy = (m + p - 1) * t
+    return PipelineInfo(stages, m, 1, busy + sync, 0.0, 0.0, (p - 1) * t, 0.0)
+
+
+@pytest.mark.parametrize(("p", "m"), [(1, 3), (2, 5), (4, 8), (3, 2)])
+def test_1f1b_replay_matches_the_textbook(gpt2, p, m):
+    _, _, plan = gpt2
+    t, send, sync = 3.0, 0.6, 1.5
+    sched = schedule_1f1b(_pipeline(plan, p, m, t, send, sync))
+    # balanced stages: (m + p - 1) micro-batch slots, then the gradient sync
+    assert sched.end_s == pytest.approx((m + p - 1) * t + sync)
+    for i in range(p):
+        mine = sorted((b for b in sched.blocks if b.stage == i), key=lambda b: b.start)
+        work = [b for b in mine if b.kind in ("forward", "backward")]
+        order = [(b.kind[0].upper(), b.microbatch) for b in work]
+        warm = min(p - i - 1, m)  # 1F1B: warm-up forwards, then one forward one backward
+        assert order[:warm] == [("F", j) for j in range(warm)]
+        if warm < m:
+            assert order[warm : warm + 2] == [("F", warm), ("B", 0)]
+        else:  # fewer micro-batches than stages ahead: every forward, then the backwards
+            assert order[warm] == ("B", 0)
+        assert sorted(order) == sorted([("F", j) for j in range(m)] + [("B", j) for j in range(m)])
+        fwd = next(b for b in work if b.kind == "forward")
+        bwd = next(b for b in work if b.kind == "backward")
+        own = t - (send if p > 1 else 0.0)
+        assert fwd.end - fwd.start == pytest.approx(own / 3)  # forward : backward = 1 : 2
+        assert bwd.end - bwd.start == pytest.approx(2 * own / 3)
+        busy = sum(b.end - b.start for b in mine if b.kind != "idle")
+        assert busy == pytest.approx(m * t + sync)  # every second of the stage accounted for
+        covered = sum(b.end - b.start for b in mine)
+        assert covered == pytest.approx(sched.end_s)  # idle fills the rest of the row
+        for a, b in itertools.pairwise(mine):
+            assert a.end <= b.start + 1e-12  # one thing at a time
+
+
+def test_gantt_names_stages_microbatches_bubble_and_cuts_the_steady_state(gpt2, piped):
+    _, plan = piped
+    pi = plan.pipeline
+    fig = gantt_figure(plan)
+    title = fig.layout.title.text
+    assert f"{len(pi.stages)} stages" in title and f"{pi.microbatches} micro-batches" in title
+    assert f"bubble {100 * pi.bubble_fraction:.0f}%" in title
+    names = {t.name for t in fig.data}
+    assert {"forward (compute + in-stage comm.)", "backward (compute + in-stage comm.)"} <= names
+    assert "gradient sync (once per step)" in names and "bubble (stage idle)" in names
+    assert fig.layout.yaxis.ticktext[0].startswith("stage 0 · layers 0–")
+    _, _, flat = gpt2
+    long = replace(flat, pipeline=_pipeline(flat, 4, 64, 1e-3))
+    cut = gantt_figure(long)
+    assert any(t.name.startswith("not drawn:") for t in cut.data)
+    fwd = next(t for t in cut.data if t.name.startswith("forward"))
+    assert {"1", "8", "57", "64"} <= set(fwd.text) and "32" not in fwd.text
+    assert len(cut.to_json()) < 40_000  # the figure stays small however many micro-batches
+
+
+def test_stages_relabelled_banded_and_tabled(piped):
+    graph, plan = piped
+    fixed = relabel_stages(plan, graph)
+    assert [op.name for op in fixed.ops] == [op.name for op in graph.ops]
+    spans = {st.index: st.layers for st in plan.pipeline.stages}
+    for op in fixed.ops:
+        if op.layer is not None:
+            assert op.name.startswith(f"L{op.layer}.")
+            lo, hi = spans[op.stage]
+            assert lo <= op.layer <= hi
+    assert relabel_stages(fixed, graph) is fixed  # already right: unchanged
+    fig = dag_figure(fixed, graph)
+    bands = [a.text for a in fig.layout.annotations if a.text.startswith("<b>stage ")]
+    assert len(bands) == len(plan.pipeline.stages)
+    assert "pipeline stage (shaded band)" in {t.name for t in fig.data}
+    rows = op_rows(fixed, graph)
+    assert {"stage", "ZeRO", "recompute"} <= set(rows[0])
+    assert {r["stage"] for r in rows} == {str(st.index) for st in plan.pipeline.stages}
+    mem = memory_figure(fixed)
+    assert list(mem.data[0].y) == [f"stage {st.index}" for st in plan.pipeline.stages]
+
+
+def test_memory_levers_and_kv_cache_are_labelled(gpt2):
+    graph, _, plan = gpt2
+    assert "levers: " + ", ".join(lever_labels(plan)) in memory_figure(plan).layout.title.text
+    if any(op.zero for op in plan.ops):
+        assert any(x.startswith("ZeRO-") for x in lever_labels(plan))
+    infer = search(graph, preset("dgx-a100:1"), mode="infer")
+    assert infer.memory.kv_cache > 0
+    assert "KV cache" in {t.name for t in memory_figure(infer).data}
+    assert "gradients" not in {t.name for t in memory_figure(infer).data}
+
+
+def test_search_status_is_honest(gpt2):
+    _, _, plan = gpt2
+    assert search_status(plan) == "optimal (proven)"
+    bound = plan.total_time_s * 0.9
+    feasible = replace(plan, search=replace(plan.search, status="feasible", lower_bound_s=bound))
+    assert search_status(feasible).startswith("best found, within 10% of the proven bound")
+    unbounded = replace(feasible, search=replace(feasible.search, lower_bound_s=None))
+    assert search_status(unbounded) == "best found (no bound proven)"
+
+
+def test_exports_give_files_or_one_line_reasons(gpt2):
+    graph, _, plan = gpt2
+    one = preset("dgx-a100:1")
+    dp = search(graph, one, allow=data_parallel_filter(one), pipeline=False)
+    files = {f.fmt: f for f in plan_exports(plan_to_json(dp))}
+    assert set(files) == {"megatron", "deepspeed", "dtensor"}
+    assert all(f.text and f.reason is None for f in files.values())
+    assert "--tensor-model-parallel-size 1" in files["megatron"].text
+    assert files["megatron"].notes[0].startswith("workload: batch 8, sequence 256")
+    assert '"train_batch_size": 8' in files["deepspeed"].text
+    assert "def parallelize" in files["dtensor"].text and files["dtensor"].ext == "py"
+    refused = plan_exports(plan_to_json(plan))  # TAPS's own plan: a split a framework lacks
+    for f in refused:
+        if f.text is None:
+            assert f.reason.startswith(f"not expressible in {f.framework}: ")
+            assert "\n" not in f.reason
