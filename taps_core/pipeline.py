@@ -4,14 +4,18 @@ The layers are cut into ``p`` contiguous stages, each on ``nodes / p`` hosts; th
 batch flows through them as ``m`` micro-batches under a 1F1B schedule (Narayanan et al. 2021).
 Inside each stage the exact TAPS search (:func:`taps_core.planner.search_fixed`) chooses every
 op's sharding and the memory levers, with stage ``i`` holding the activations of
-``min(p - i, m)`` micro-batches at once (1F1B's in-flight count). Between stages only the
+``min(p - i, m)`` micro-batches at once (1F1B's in-flight count; the middle stages share one
+plan, sized for the most in flight among them). Between stages only the
 boundary activation moves, point to point: each GPU of a stage sends its 1/G slice to the GPU
 with the same local index in the next stage (Megatron's scatter-gather), routed over the real
 links, forward and (its gradient) backward for every micro-batch.
 
-The outer search enumerates stage counts, micro-batch counts and layer splits (balanced, or the
-last stage one layer lighter for the LM head), skipping a setting whose compute alone cannot beat
-the best pipeline found; stages with the same layers and position share one search. Stages keep
+The outer search goes through stage counts (most stages first), micro-batch counts (p, 2p, 4p,
+... in increasing order, until the step stops improving) and layer splits (balanced, or the last
+stage one layer lighter for the LM head), skipping a setting whose compute alone cannot beat the
+best pipeline found, and stopping after two stage counts in a row that do worse; stages with the
+same layers and position share one search. The outer search is a guided enumeration, not a
+proof: each stage's plan is exact for that stage. Stages keep
 ZeRO at stage 1 (the distributed optimizer: ZeRO-2/3 re-gather per micro-batch, which
 pipelines do not use).
 """
@@ -184,8 +188,8 @@ def search_pipeline(
     nodes = topology.nodes
     layers = span[1] - span[0] + 1
     counts = stage_counts or tuple(
-        p for p in range(2, min(nodes, MAX_STAGES, layers) + 1) if nodes % p == 0
-    )
+        p for p in range(min(nodes, MAX_STAGES, layers), 1, -1) if nodes % p == 0
+    )  # most stages first: their stage searches are the smallest
     if not counts:
         return None
     start = time.perf_counter()
@@ -199,14 +203,17 @@ def search_pipeline(
     cache: dict[tuple, _StagePlan | None] = {}
     best: tuple[float, Plan] | None = None
     tried = 0
+    worse_in_a_row = 0
     for p in counts:
         hosts = nodes // p
+        best_p: float | None = None
         for m in _microbatch_options(batch, hosts, p):
             if best is not None and floor_s * (m + p - 1) / m >= best[0]:
                 continue  # even a perfectly balanced, silent pipeline is slower
             if time.perf_counter() > deadline:
                 break
             micro = build_graph(cfg.with_workload(batch_size=batch // m))
+            best_m: float | None = None
             for split in _splits(layers, p):
                 tried += 1
                 plan = _assemble(
@@ -216,6 +223,18 @@ def search_pipeline(
                 score = None if plan is None else objective(plan, cost_model)
                 if score is not None and (best is None or score < best[0]):
                     best = (score, plan)
+                if score is not None and (best_m is None or score < best_m):
+                    best_m = score
+            if best_m is not None and best_p is not None and best_m > best_p:
+                break  # more micro-batches stopped paying: smaller ones per GPU are slower
+            if best_m is not None and (best_p is None or best_m < best_p):
+                best_p = best_m
+        if best_p is not None and best is not None and best_p > best[0]:
+            worse_in_a_row += 1
+            if worse_in_a_row >= 2:
+                break  # fewer, larger stages kept getting slower
+        else:
+            worse_in_a_row = 0
     if best is None:
         return None
     plan = best[1]
@@ -260,8 +279,12 @@ def _assemble(
         lo += n
     for i, (a, b) in enumerate(ranges):
         head, tail = i == 0, i == p - 1
-        copies = min(p - i, m)
+        # in flight under 1F1B: p - i micro-batches; the middle stages share one plan sized
+        # for the most of them (stage 1's), so stages with equal layers are searched once
+        copies = min(p if head else (1 if tail else p - 1), m)
         key = (b - a + 1, head, tail, copies, hosts, m)
+        if key not in cache and time.perf_counter() > deadline:
+            return None  # out of time: this setting stays unplanned
         if key not in cache:
             cache[key] = _plan_stage(
                 micro, topology, mode, cost_model, limit, a, b, head, tail, copies, hosts, m,

@@ -34,6 +34,7 @@ LEANEST_WEIGHT = 1e-3  # seconds per byte: memory dominates, time only breaks ti
 PROOF_TOLERANCE = 1e-9  # a plan within this fraction of the dual bound is proven optimal
 FIRST_GAP_FRACTION = 1 / 64  # the first front search keeps points this close to the bound
 DEFAULT_TIME_BUDGET_S = 60.0  # the exact memory-bound search reports its gap past this
+PIPELINE_COMM_SHARE = 0.1  # pipelines are tried when communication is at least this share
 GiB = 2**30
 
 
@@ -200,9 +201,10 @@ def search(
     Raises InfeasibleError when no plan fits the memory limit (default: the GPU's memory).
     The exact search under a binding memory limit stops after ``time_budget_s`` seconds
     (None: no limit) with the best plan found and a proven lower bound (status "feasible").
-    ``pipeline``: also try pipeline stages across hosts (None: in training on several hosts,
-    when the strategy rules can be applied per stage: ``allow_for(stage graph, stage
-    cluster)`` gives a stage's filter when ``allow`` is set); the faster plan wins.
+    ``pipeline``: also try pipeline stages across hosts (None: in training on several hosts
+    when the plan without stages does not fit, is memory-bound or spends >= 10% of its step
+    communicating, and the strategy rules can be applied per stage: ``allow_for(stage graph,
+    stage cluster)`` gives a stage's filter when ``allow`` is set); the faster plan wins.
     """
     start = time.perf_counter()
     flat: Plan | None = None
@@ -216,8 +218,13 @@ def search(
     except InfeasibleError as err:
         error = err
     if pipeline is None:
+        # worth trying in training on several hosts when the plan without stages is not
+        # already compute-bound: nothing fits, memory binds, or communication is >= 10%
         rules_per_stage = allow is None or allow_for is not None
-        pipeline = mode == "train" and topology.nodes > 1 and rules_per_stage
+        pressed = flat is None or bool(flat.search.note) or (
+            flat.comm_time_s >= PIPELINE_COMM_SHARE * flat.total_time_s
+        )
+        pipeline = mode == "train" and topology.nodes > 1 and rules_per_stage and pressed
     if pipeline:
         from taps_core.pipeline import objective, search_pipeline
 
