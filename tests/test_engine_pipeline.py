@@ -1,0 +1,98 @@
+"""Pipeline stages: the 1F1B step, bubble, point-to-point bytes and stage memory worked by
+hand from the stages' own figures; stage graphs and sub-clusters; slow networks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from taps_core.models import build_graph, load_model_config
+from taps_core.pipeline import search_pipeline, stage_graph, sub_topology
+from taps_core.plan import evaluate
+from taps_core.presets import preset
+
+
+def _graph(name: str, **changes):
+    return build_graph(replace(load_model_config(name), **changes))
+
+
+@pytest.fixture(scope="module")
+def piped():
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=16, seq_length=256)
+    topo = preset("dgx-a100:2")
+    plan = search_pipeline(graph, topo, stage_counts=(2,), time_budget_s=None)
+    assert plan is not None and plan.pipeline is not None
+    return graph, topo, plan
+
+
+def test_one_f_one_b_step_and_bubble_by_hand(piped):
+    _, _, plan = piped
+    pi = plan.pipeline
+    p, m = len(pi.stages), pi.microbatches
+    t = [st.microbatch_s for st in pi.stages]
+    sync = max(st.sync_s for st in pi.stages)
+    step = (m - 1) * max(t) + sum(t) + sync
+    assert pi.step_time_s == pytest.approx(step, rel=1e-12)
+    assert plan.total_time_s == pytest.approx(step, rel=1e-12)
+    assert pi.bubble_time_s == pytest.approx(sum(t) - max(t), rel=1e-9)
+    # balanced stages: the bubble is (p - 1) / (m + p - 1) of the busy time
+    if max(t) / min(t) < 1.01:
+        assert pi.bubble_fraction == pytest.approx((p - 1) / (m + p - 1), rel=0.02)
+    # each stage's micro-batch is its own step over m micro-batches minus the sync, plus sends
+    for st in pi.stages:
+        own = (st.plan.total_time_s - st.sync_s) / m
+        assert st.microbatch_s == pytest.approx(own + st.send_s, rel=1e-12)
+
+
+def test_p2p_bytes_are_the_boundary_activation_both_ways(piped):
+    graph, _, plan = piped
+    pi = plan.pipeline
+    m, p = pi.microbatches, len(pi.stages)
+    b, s, h = pi.micro_batch_size, 256, 768
+    boundary = b * s * h * 2  # one micro-batch's residual stream, bf16
+    assert pi.p2p_bytes == pytest.approx(2 * m * (p - 1) * boundary)
+    assert plan.inter_node_bytes >= pi.p2p_bytes
+
+
+def test_stage_memory_holds_the_in_flight_micro_batches(piped):
+    # under 1F1B the first stage holds p micro-batches of activations, the last one
+    graph, topo, plan = piped
+    pi = plan.pipeline
+    p = len(pi.stages)
+    first, last = pi.stages[0], pi.stages[-1]
+    for st, copies in ((first, min(p, pi.microbatches)), (last, 1)):
+        sg = stage_graph(
+            build_graph(graph.meta["config"].with_workload(batch_size=pi.micro_batch_size)),
+            *st.layers, head=st.index == 0, tail=st.index == p - 1,
+        )
+        from taps_core.linkmodel import LinkModel
+
+        sub = sub_topology(topo, st.hosts if st.index == 0 else tuple(range(len(st.hosts))))
+        once = evaluate(
+            sg, LinkModel(sub), "train", st.plan.choices, label="x", cost_model="topology",
+            search=st.plan.search, memory_limit_bytes=1e18, microbatches=pi.microbatches,
+        )
+        assert st.plan.memory.activations == pytest.approx(copies * once.memory.activations)
+        assert st.plan.memory.parameters == pytest.approx(once.memory.parameters)
+
+
+def test_stage_graph_cuts_at_layers_and_unties_the_lm_head():
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
+    head = stage_graph(graph, 0, 1, head=True, tail=False)
+    tail = stage_graph(graph, 2, 3, head=False, tail=True)
+    assert "embed" in head.op_by_name and "lm_head" not in head.op_by_name
+    assert "lm_head" in tail.op_by_name and "embed" not in tail.op_by_name
+    assert not tail.tensors["lm_head.weight"].tied  # its own copy on the last stage
+    assert {op.layer for op in tail.ops if op.layer is not None} == {2, 3}
+
+
+def test_slow_network_pipelines_without_splitting_tensors_across_nics():
+    graph = _graph("gpt2", num_hidden_layers=8, batch_size=32, seq_length=512)
+    plan = search_pipeline(graph, preset("ethernet:4"), time_budget_s=None)
+    assert plan is not None
+    # no layer splits heads, hidden or FFN across the single 12.5 GB/s NICs (the LM head may
+    # split the vocabulary across hosts: only the loss's per-row statistics cross them)
+    for op in plan.ops:
+        if op.layer is not None:
+            assert {ch for ch, _ in op.strategy.inter} <= {"b"}, op.name
