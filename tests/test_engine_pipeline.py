@@ -46,7 +46,7 @@ def test_one_f_one_b_step_and_bubble_by_hand(piped):
 
 
 def test_p2p_bytes_are_the_boundary_activation_both_ways(piped):
-    graph, _, plan = piped
+    _, _, plan = piped
     pi = plan.pipeline
     m, p = pi.microbatches, len(pi.stages)
     b, s, h = pi.micro_batch_size, 256, 768
