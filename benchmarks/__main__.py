@@ -10,12 +10,19 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from benchmarks import bandwidth_sweep, environment, figures, plan_quality, search_speed
+from benchmarks import (
+    bandwidth_sweep,
+    environment,
+    figures,
+    pipelining,
+    plan_quality,
+    search_speed,
+)
 from benchmarks.config import FULL, QUICK
 from benchmarks.report import RunResults, render
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("quality", "speed", "sweep")
+SECTIONS = ("quality", "speed", "sweep", "pipeline")
 
 
 def _log_to_stderr(start: float):
@@ -96,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     quality = plan_quality.run(cfg, log) if "quality" in sections else None
     speed = search_speed.run(cfg, log) if "speed" in sections else None
     sweep = bandwidth_sweep.run(cfg, log) if "sweep" in sections else None
-    run = RunResults(command, cfg, env, None, 0.0, quality, speed, sweep, {})
+    piped = pipelining.run(cfg, log) if "pipeline" in sections else None
+    run = RunResults(command, cfg, env, None, 0.0, quality, speed, sweep, {}, piped)
     args.out.mkdir(parents=True, exist_ok=True)
     with figures.FigureWriter(args.out, images=not args.no_images) as writer:
         make_figures(run, writer)
@@ -113,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         "quality": asdict(quality) if quality else None,
         "speed": asdict(speed) if speed else None,
         "sweeps": [asdict(one) for one in sweep] if sweep else None,
+        "pipelining": [asdict(one) for one in piped] if piped else None,
         "figures": {k: asdict(v) for k, v in run.figures.items()},
     }
     (args.out / "results.json").write_text(json.dumps(_clean(raw), indent=1) + "\n")

@@ -46,6 +46,7 @@ class BenchConfig:
     headline_a: tuple[str, int, int, str, int | None] | None = (
         "gpt3-175b", 96, 128, "dgx-a100:128", 1536
     )
+    headline_a_budget_s: float = 900.0  # the planner's time budget for headline (a)
     headline_a_measured_s: float | None = 31.5
     # headline (b): DP vs ILP on a small GPT of speed_model (layers, nodes of dgx-a100)
     headline_b: tuple[int, int] = (4, 2)
@@ -56,6 +57,15 @@ class BenchConfig:
     sweep_high_Bps: float = 400e9
     sweep_points: int = 17
     sweep_refine_steps: int = 6  # bisection steps locating each plan change
+    # 4. pipelining: (model, cluster, global batch), each planned with and without stages
+    pipeline_scenarios: tuple[tuple[str, str, int], ...] = (
+        ("gpt2", "dgx-a100:4", 32),
+        ("llama3-8b", "ethernet:4", 32),
+        ("llama3-70b", "dgx-a100:8", 64),
+        ("gpt3-175b", "dgx-a100:16", 128),
+        ("gpt3-175b", "ethernet:16", 128),
+    )
+    pipeline_budget_s: float = 240.0
 
 
 FULL = BenchConfig(name="full")
@@ -76,6 +86,8 @@ QUICK = BenchConfig(
     sweeps=(("gpt2", 2),),
     sweep_points=4,
     sweep_refine_steps=2,
+    pipeline_scenarios=(("gpt2", "dgx-a100:2", 16),),
+    pipeline_budget_s=60.0,
 )
 
 
