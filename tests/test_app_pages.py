@@ -25,6 +25,7 @@ PAGES = {
     "how_it_works": "How it works: bytes are not time",
 }
 SMALL = {"model": "gpt2", "topo": "dgx-a100:2", "batch": "8", "seq": "256"}
+FEW_POINTS = {"sweep": {"points": "3"}}  # page-wide checks need a sweep, not a fine one
 
 
 def app(page: str = "plan", **params: str) -> AppTest:
@@ -66,7 +67,7 @@ def rerun(at: AppTest) -> AppTest:
 
 @pytest.mark.parametrize("name", PAGES)
 def test_every_page_runs_with_titled_legible_charts(name):
-    at = app(name)
+    at = app(name, **FEW_POINTS.get(name, {}))
     assert not at.error, [e.value for e in at.error]
     figs = charts(at)
     assert figs, "every page draws at least one chart"
@@ -375,7 +376,7 @@ def test_how_it_works_live_on_the_topology():
 
 @pytest.mark.parametrize("name", PAGES)
 def test_every_chart_title_names_model_cluster_mode_and_batch(name):
-    at = app(name, net="25")  # an edited cluster says so
+    at = app(name, net="25", **FEW_POINTS.get(name, {}))  # an edited cluster says so
     for title in titles(at):
         assert "gpt2" in title and "dgx-a100:2 (edited)" in title, title
         assert "training" in title and "batch 8" in title, title
