@@ -67,6 +67,21 @@ def _parser() -> argparse.ArgumentParser:
             metavar="GB",
             help="memory per device in GiB (default: the GPU's memory)",
         )
+        q.add_argument(
+            "--time-budget",
+            type=float,
+            default=60.0,
+            metavar="S",
+            help="seconds the exact memory-bound search may take before it reports its gap",
+        )
+        if name == "plan":
+            q.add_argument(
+                "--pipeline",
+                choices=("auto", "on", "off"),
+                default="auto",
+                help="pipeline stages across hosts: auto tries them in training when the plan "
+                "without stages is memory-bound or communication-heavy",
+            )
         q.add_argument("--json", metavar="PATH|-", help="write the JSON report ('-' = stdout)")
     s = sub.add_parser(
         "solve-graph",
@@ -82,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_export_parser(sub)
     return p
+
+
+def _budget(args: argparse.Namespace) -> float:
+    if not args.time_budget > 0 or args.time_budget != args.time_budget:
+        raise InvalidInputError("--time-budget", args.time_budget, "> 0 (seconds)")
+    return float(args.time_budget)
 
 
 def _workload(args: argparse.Namespace) -> tuple[OpGraph, Topology]:
@@ -202,13 +223,22 @@ def run(argv: list[str]) -> int:
     elif args.command == "plan":
         graph, topo = _workload(args)
         plan = search(
-            graph, topo, mode=args.mode, cost_model=args.cost_model, memory_limit_bytes=_limit(args)
+            graph,
+            topo,
+            mode=args.mode,
+            cost_model=args.cost_model,
+            memory_limit_bytes=_limit(args),
+            time_budget_s=_budget(args),
+            pipeline={"auto": None, "on": True, "off": False}[args.pipeline],
         )
         if not _emit(plan_to_json(plan), args.json):
             print(plan_table(plan))
     elif args.command == "compare":
         graph, topo = _workload(args)
-        plans = compare(graph, topo, mode=args.mode, memory_limit_bytes=_limit(args))
+        plans = compare(
+            graph, topo, mode=args.mode, memory_limit_bytes=_limit(args),
+            time_budget_s=_budget(args),
+        )
         if not _emit(compare_to_json(plans), args.json):
             print(_compare_table(plans))
     elif args.command == "export":

@@ -255,7 +255,8 @@ def plan_table(plan: Plan, *, max_ops: int = 40) -> str:
         f"{plan.topology_name} ({plan.nodes}x{plan.gpus_per_node} GPUs), {plan.mode}, "
         f"searched with the {plan.cost_model} cost model",
         f"  step time {fmt_seconds(plan.total_time_s)} = compute {fmt_seconds(plan.compute_time_s)}"
-        f" + communication {fmt_seconds(plan.comm_time_s)}",
+        f" + communication {fmt_seconds(plan.comm_time_s)}"
+        + (f" + pipeline bubble {fmt_seconds(plan.bubble_time_s)}" if plan.pipeline else ""),
         f"  bytes sent: intra-node {fmt_bytes(plan.intra_node_bytes)}, inter-node "
         f"{fmt_bytes(plan.inter_node_bytes)}; memory/device {plan.memory.total / 2**30:.1f} GiB "
         f"of {plan.memory_limit_bytes / 2**30:.0f} GiB",
