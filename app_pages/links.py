@@ -22,7 +22,7 @@ def main() -> None:
     if isinstance(result, cache.Failure):
         st.error(result.message)
         st.stop()
-    br, (gpus, matrix) = result
+    br, heat = result
     if not plan.links:
         st.info("This plan sends nothing between GPUs (a single GPU, or every op replicated).")
         return
@@ -52,7 +52,14 @@ def main() -> None:
         "Busy time = bytes over the link's effective bandwidth (peak x efficiency). The "
         "busiest link bounds how fast a collective can finish."
     )
-    show_chart(gpu_heatmap_figure(gpus, matrix), "gpu_heatmap")
+    if plan.pipeline is not None:
+        st.caption(
+            "Pipelined plan: each link's total over the step (every stage's collectives and "
+            "the sends between stages); the split by op kind and the GPU-to-GPU matrix are "
+            "not yet computed per stage by the engine, so they are not shown."
+        )
+    if heat is not None:
+        show_chart(gpu_heatmap_figure(*heat), "gpu_heatmap")
     st.subheader("Busiest links")
     rows = busiest_link_rows(plan, top)
     st.dataframe(

@@ -292,7 +292,7 @@ def test_topology_upload_round_trip():
 
 
 def test_links_page_slider_limits_bars():
-    at = app("links")
+    at = app("links", topo="dgx-a100:1")  # one host: never pipelined, split by op kind
     for words in ("Busy time per link", "GPU-to-GPU"):
         chart(at, words)
     at.radio(key="links_metric").set_value("bytes")
@@ -458,6 +458,11 @@ def test_pipelined_plan_shows_stages_schedule_and_why_exports_are_refused():
     assert refused, [i.value for i in at.info]
     for reason in refused:
         assert "\n" not in reason and re.search(r"\b(op|lever|pipeline|stage)\b", reason)
+    # Links: the plan's own per-link totals (the sends between stages included)
+    rerun(at.switch_page("app_pages/links.py"))
+    bars = chart(at, "per link")
+    assert {t["name"] for t in bars["data"]} == {"all ops and stage-to-stage sends"}
+    assert not [t for t in titles(at) if "GPU-to-GPU" in t]
 
 
 def test_an_expressible_plan_downloads_all_three_exports():
