@@ -211,7 +211,8 @@ def _nice_step(span: float, target: int = 8) -> float:
 
 def _ticks(sched: Schedule, cut: Cut | None, scale: float) -> tuple[list[float], list[str]]:
     """Tick positions (drawn, in display units) labelled with real times, both sides of a cut."""
-    step = _nice_step(sched.end_s * scale)
+    drawn = cut.x(sched.end_s) if cut else sched.end_s  # ticks as dense as the drawing
+    step = _nice_step(drawn * scale)
     vals, text = [], []
     t = 0.0
     while t <= sched.end_s * scale * 1.0001:
@@ -223,54 +224,80 @@ def _ticks(sched: Schedule, cut: Cut | None, scale: float) -> tuple[list[float],
     return vals, text
 
 
-def gantt_figure(plan: Plan, *, edge: int = EDGE_MICROBATCHES) -> go.Figure:
+def edge_for(stages: int) -> int:
+    """Micro-batches drawn at each end of a cut schedule: fewer when stages are many (the
+    fill alone then spans ``stages`` micro-batches), so the figure stays a few hundred KB at
+    most."""
+    return EDGE_MICROBATCHES if stages <= 8 else max(2, 64 // stages)
+
+
+def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
     """The 1F1B timeline of a pipelined plan: one row per stage, forward and backward of each
     micro-batch (numbered), sends, the gradient sync, the bubble hatched; a long steady state
-    is cut to the first and last ``edge`` micro-batches with a marked gap."""
+    is cut to the first and last ``edge`` micro-batches (default :func:`edge_for`) with a
+    marked gap."""
     pi = plan.pipeline
     if pi is None:
         raise ValueError("plan: a pipelined plan (plan.pipeline is None)")
     sched = schedule_1f1b(pi)
-    cut = steady_state_cut(sched, edge)
+    cut = steady_state_cut(sched, edge_for(len(pi.stages)) if edge is None else edge)
     ms = sched.end_s < 2.0
     scale, unit = (1e3, "ms") if ms else (1.0, "s")
+    span = max(sched.end_s, pi.step_time_s) * scale
+    digits = max(0, 4 - math.floor(math.log10(span))) if span > 0 else 6
+
+    def num(t: float) -> float:  # 4-5 significant digits of the step: a small payload
+        return round(t * scale, digits)
+
     rows = [stage_label(st) for st in pi.stages]
     fig = go.Figure()
     blocks = drawn_blocks(sched, cut)
+    # the bubble: each row hatched underneath, so whatever the blocks leave uncovered is idle
+    idle = [0.0] * len(rows)
+    for b in sched.blocks:
+        if b.kind == "idle":
+            idle[b.stage] += b.end - b.start
+    pieces = [(0.0, cut.lo), (cut.x(cut.hi), cut.x(sched.end_s))] if cut else [(0.0, sched.end_s)]
+    name, color = KINDS["idle"]
+    fig.add_bar(
+        y=[i for i in range(len(rows)) for _ in pieces],
+        x=[num(b - a) for _ in rows for a, b in pieces],
+        base=[num(a) for _ in rows for a, _ in pieces],
+        orientation="h",
+        name=name,
+        marker=dict(
+            color=color,
+            line=dict(color="#9ca3af", width=0.5),
+            pattern=dict(shape="/", fgcolor="#9ca3af", size=6),
+        ),
+        hovertext=[f"idle {fmt_seconds(t)} of the step" for t in idle for _ in pieces],
+        hovertemplate="stage %{y}: %{hovertext}<extra></extra>",
+        width=0.62,
+        legendrank=2000,  # drawn first (underneath), listed after the work
+    )
     what = {
-        "forward": "forward of micro-batch ",
-        "backward": "backward of micro-batch ",
-        "send": "send after micro-batch ",
+        "forward": "forward of micro-batch %{text}",
+        "backward": "backward of micro-batch %{text}",
+        "send": "send to the next / previous stage",
         "sync": "gradient sync",
-        "idle": "idle",
     }
     for kind, (name, color) in KINDS.items():
         mine = [b for b in blocks if b.kind == kind and b.end > b.start]
-        if not mine:
+        if kind == "idle" or not mine:
             continue
         numbered = kind in ("forward", "backward")
         fig.add_bar(
             y=[b.stage for b in mine],  # numbers, labelled by the axis: a small payload
-            x=[round((b.end - b.start) * scale, 6) for b in mine],
-            base=[round(b.start * scale, 6) for b in mine],
+            x=[num(b.end - b.start) for b in mine],
+            base=[num(b.start) for b in mine],
             orientation="h",
             name=name,
-            marker=dict(
-                color=color,
-                line=dict(color="white" if kind != "idle" else "#9ca3af", width=0.5),
-                pattern=dict(shape="/", fgcolor="#9ca3af", size=6) if kind == "idle" else None,
-            ),
+            marker=dict(color=color, line=dict(color="white", width=0.5)),
             text=[str(b.microbatch + 1) for b in mine] if numbered else None,
             textposition="inside" if numbered else "none",
             insidetextanchor="middle",
             textfont=dict(size=12, color="white" if kind == "backward" else "#111827"),
-            hovertext=[
-                what[kind]
-                + (str(b.microbatch + 1) if b.microbatch is not None else "")
-                + f": {fmt_seconds(b.end - b.start)}"
-                for b in mine
-            ],
-            hovertemplate="stage %{y}, %{hovertext}<extra></extra>",
+            hovertemplate=f"stage %{{y}}: {what[kind]}, %{{x:.3g}} {unit}<extra></extra>",
             width=0.62,
         )
     if cut is not None:
