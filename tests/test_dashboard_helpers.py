@@ -391,3 +391,33 @@ def test_exports_give_files_or_one_line_reasons(gpt2):
         if f.text is None:
             assert f.reason.startswith(f"not expressible in {f.framework}: ")
             assert "\n" not in f.reason
+
+
+def test_review_pack_rendering_retries_a_failing_browser(monkeypatch):
+    import plotly.graph_objects as go
+
+    from dashboard import review_pack as rp
+
+    calls = []
+
+    def flaky(figs, paths, **_):  # kaleido's page not ready yet, then fine
+        calls.append(len(paths))
+        if len(calls) == 1:
+            raise RuntimeError("JavascriptError: kaleido_scopes is not defined")
+        for p in paths:
+            with open(p, "wb") as f:
+                f.write(b"<svg/>")
+
+    monkeypatch.setattr(rp.pio, "write_images", flaky)
+    monkeypatch.setattr(rp.time, "sleep", lambda s: None)
+    images, problem = rp.render_images({"a": go.Figure()})
+    assert problem is None and set(images) == {"a.svg", "a.png"} and len(calls) == 2
+
+    def missing(figs, paths, **_):
+        calls.append(0)
+        raise RuntimeError("Image export requires the Kaleido package")
+
+    calls.clear()
+    monkeypatch.setattr(rp.pio, "write_images", missing)
+    images, problem = rp.render_images({"a": go.Figure()})
+    assert images == {} and "requires the Kaleido package" in problem and calls == [0]
