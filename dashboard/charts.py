@@ -238,6 +238,22 @@ def lever_notes(plan: Plan) -> list[str]:
     return out
 
 
+def lever_effects(plan: Plan) -> dict[str, str]:
+    """Memory part -> the levers that shrink it in this plan (for the bars' hover)."""
+    zero = max((op.zero for op in plan.ops), default=0)
+    out: dict[str, list[str]] = {}
+    for part, stage in (("optimizer", 1), ("gradients", 2), ("parameters", 3)):
+        if zero >= stage:
+            out.setdefault(part, []).append(f"sharded by ZeRO-{zero}")
+    if plan.recomputed_layers:
+        out.setdefault("activations", []).append(f"{plan.recomputed_layers} layers recomputed")
+    if plan.microbatches > 1:
+        out.setdefault("activations", []).append(f"per micro-batch, {plan.microbatches} a step")
+    if plan.flash_attention:
+        out.setdefault("activations", []).append("flash attention")
+    return {k: ", ".join(v) for k, v in out.items()}
+
+
 def memory_figure(plan: Plan) -> go.Figure:
     """Memory per device as one stacked bar (one per stage for a pipelined plan), only the
     parts this mode holds; the title names the memory levers the plan pulls."""
@@ -257,15 +273,17 @@ def memory_figure(plan: Plan) -> go.Figure:
     total = max((mem.total for _, mem in rows), default=m.total)
     unit, scale = ("GiB", GiB) if total >= GiB else ("MiB", 2**20)
     extra = iter(OP_KIND_COLORS[5:])
+    effects = lever_effects(plan)
     for part, values in parts.items():
         name = MEMORY_NAMES.get(part, part.replace("_", " "))
+        effect = f" ({effects[part]})" if part in effects else ""
         fig.add_bar(
             y=[label for label, _ in rows],
             x=[round(v / scale, 6) for v in values],
             orientation="h",
             name=name,
             marker_color=colors.get(part) or next(extra, "#999999"),
-            hovertemplate=f"%{{y}} {name}: %{{x:.3g}} {unit}<extra></extra>",
+            hovertemplate=f"%{{y}} {name}: %{{x:.3g}} {unit}{effect}<extra></extra>",
         )
     limit = plan.memory_limit_bytes / scale
     top = total / scale
