@@ -169,17 +169,24 @@ def replicated_share(plan: Plan, level: str = "inter") -> float:
     """Share of the plan's compute in ops that do not use a level whole (0 if it has one member).
 
     On ``"inter"`` this is work every host repeats; on ``"intra"`` work every GPU of a host
-    repeats.
+    repeats. In a pipeline each stage is judged on its own hosts (a one-host stage repeats
+    nothing across hosts).
     """
-    size = plan.nodes if level == "inter" else plan.gpus_per_node
-    total = plan.compute_time_s
-    if size <= 1 or total <= 0:
-        return 0.0
-    rep = sum(
-        op.compute_s
-        for op in plan.ops
-        if _ways(op.strategy.inter if level == "inter" else op.strategy.intra) < size
+    stage_hosts = (
+        {st.index: len(st.hosts) for st in plan.pipeline.stages} if plan.pipeline else {}
     )
+    total = sum(op.compute_s for op in plan.ops)
+    if total <= 0:
+        return 0.0
+    rep = 0.0
+    for op in plan.ops:
+        if level == "inter":
+            size = stage_hosts.get(op.stage, plan.nodes) if op.stage is not None else plan.nodes
+            used = _ways(op.strategy.inter)
+        else:
+            size, used = plan.gpus_per_node, _ways(op.strategy.intra)
+        if size > 1 and used < size:
+            rep += op.compute_s
     return rep / total
 
 

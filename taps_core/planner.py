@@ -573,6 +573,7 @@ def compare(
     memory_limit_bytes: float | None = None,
     space: SearchSpace = SearchSpace(),
     time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
+    pipeline: bool | None = None,
 ) -> dict[str, Plan | NotFitting]:
     """TAPS against the volume-based search, Megatron-style and data-parallel plans.
 
@@ -613,7 +614,7 @@ def compare(
                 label=label,
                 links=links,
                 time_budget_s=time_budget_s,
-                **kw,
+                **{"pipeline": pipeline, **kw},
             )  # type: ignore[arg-type]
         except InfeasibleError as err:
             out[label] = NotFitting(label, str(err))

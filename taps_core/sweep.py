@@ -125,6 +125,8 @@ def reprice(plan: Plan, graph: OpGraph, topology: Topology) -> Plan | None:
 
     if (plan.nodes, plan.gpus_per_node) != (topology.nodes, topology.gpus_per_node):
         return None
+    if getattr(plan, "pipeline", None) is not None:
+        return None  # a pipeline's stages are planned on their own hosts: search again
     # per-op choices (strategy plus ZeRO stage and recomputation) where the engine has them
     choice = getattr(plan, "choices", None) or plan.strategies
     extra = {"microbatches": plan.microbatches} if hasattr(plan, "microbatches") else {}
@@ -334,7 +336,11 @@ class SweepRun:
             try:
                 found: dict[str, Plan | NotFitting] = {
                     "taps": search(
-                        self.graph, topo, mode=self.mode, memory_limit_bytes=self.memory_limit_bytes
+                        self.graph,
+                        topo,
+                        mode=self.mode,
+                        memory_limit_bytes=self.memory_limit_bytes,
+                        pipeline=False,
                     )
                 }
             except TapsError as err:
@@ -343,7 +349,11 @@ class SweepRun:
             self.searches += 4
             found = dict(
                 compare(
-                    self.graph, topo, mode=self.mode, memory_limit_bytes=self.memory_limit_bytes
+                    self.graph,
+                    topo,
+                    mode=self.mode,
+                    memory_limit_bytes=self.memory_limit_bytes,
+                    pipeline=False,
                 )
             )
         for lb, plan in found.items():

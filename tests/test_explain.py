@@ -54,7 +54,13 @@ def gpt2_plans():
     graph = build_graph(load_model_config("gpt2"))
     topo = preset("dgx-a100:2")
     slow_topo = scale_inter_bandwidth(topo, 1e9)
-    return graph, topo, search(graph, topo), search(graph, slow_topo), slow_topo
+    return (
+        graph,
+        topo,
+        search(graph, topo, pipeline=False),
+        search(graph, slow_topo, pipeline=False),
+        slow_topo,
+    )
 
 
 def test_replication_across_hosts_is_called_out(gpt2_plans):
@@ -79,7 +85,7 @@ def test_decisions_are_priced_against_a_search_without_them(gpt2_plans):
     top = found[0]
     assert "runner-up" in top.words and top.share > 0.05
     # the saving is exactly the runner-up search's step time minus the plan's
-    assert search(graph, topo).total_time_s == pytest.approx(fast.total_time_s)
+    assert search(graph, topo, pipeline=False).total_time_s == pytest.approx(fast.total_time_s)
 
 
 def test_change_and_edit_words(gpt2_plans):

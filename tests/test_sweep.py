@@ -72,10 +72,10 @@ def test_every_point_equals_a_direct_search_and_parts_add_up(gpt2):
     assert sw.complete and sw.labels == ("taps", "volume", "megatron", "data_parallel")
     for point in sw.points:
         scaled = scale_inter_bandwidth(topo, point.node_bandwidth_Bps)
-        direct = compare(gpt2, scaled, mode="train")
+        direct = compare(gpt2, scaled, mode="train", pipeline=False)
         for label, plan in direct.items():  # warm-started baselines are exact here
             assert point.total_time_s[label] == pytest.approx(plan.total_time_s, rel=1e-9)
-        taps = search(gpt2, scaled, mode="train")
+        taps = search(gpt2, scaled, mode="train", pipeline=False)
         assert point.plans["taps"].strategies == tuple(op_choice_label(op) for op in taps.ops)
         for q in point.plans.values():
             assert q.total_time_s == pytest.approx(q.compute_time_s + q.comm_time_s)
@@ -114,7 +114,7 @@ def test_changes_are_located_tightly_and_explained(gpt2):
 
 def test_reprice_matches_a_fresh_evaluation(gpt2):
     topo = preset("dgx-a100:2")
-    plan = search(gpt2, topo)
+    plan = search(gpt2, topo, pipeline=False)
     same = reprice(plan, gpt2, topo)
     assert same.total_time_s == pytest.approx(plan.total_time_s, rel=1e-12)
     slow = reprice(plan, gpt2, scale_inter_bandwidth(topo, 2e9))
