@@ -34,12 +34,12 @@ from taps_core.errors import InfeasibleError, TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
 from taps_core.plan import (
-    LinkTraffic,
     PipelineInfo,
     Plan,
     SearchInfo,
     StageInfo,
     evaluate,
+    link_traffic,
     workload_of,
 )
 from taps_core.search_problem import StrategyFilter
@@ -427,11 +427,7 @@ def _merge(
         inter += st.plan.inter_node_bytes
         volume += st.plan.volume_comm_time_s
     inter += info.p2p_bytes
-    traffic = tuple(
-        LinkTraffic(u, v, link.kind, link.bandwidth_Bps, float(b), float(b / links.capacity_Bps[i]))
-        for i, ((u, v, link), b) in enumerate(zip(links.links, load))
-        if b > 0
-    )
+    traffic = link_traffic(links, load)
     statuses = {sp.plan.search.status for sp in stage_plans}
     base = stage_plans[0].plan
     search = SearchInfo(

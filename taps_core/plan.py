@@ -312,11 +312,7 @@ def evaluate(
                 c.recompute,
             )
         )
-    traffic = tuple(
-        LinkTraffic(u, v, link.kind, link.bandwidth_Bps, float(b), float(b / links.capacity_Bps[i]))
-        for i, ((u, v, link), b) in enumerate(zip(links.links, link_bytes))
-        if b > 0
-    )
+    traffic = link_traffic(links, link_bytes)
     cfg = graph.meta.get("config")
     return Plan(
         label=label,
@@ -338,6 +334,15 @@ def evaluate(
         microbatches=microbatches,
         flash_attention=bool(getattr(cfg, "flash_attention", False)),
         workload=workload_of(graph, microbatches),
+    )
+
+
+def link_traffic(links: LinkModel, link_bytes: np.ndarray) -> tuple[LinkTraffic, ...]:
+    """Every directed link that carries bytes (per step), with its busy time at its capacity."""
+    return tuple(
+        LinkTraffic(u, v, link.kind, link.bandwidth_Bps, float(b), float(b / links.capacity_Bps[i]))
+        for i, ((u, v, link), b) in enumerate(zip(links.links, link_bytes))
+        if b > 0
     )
 
 
