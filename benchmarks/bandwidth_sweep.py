@@ -21,6 +21,7 @@ from benchmarks.plan_quality import op_group
 from taps_core.errors import TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
+from taps_core.models import build_graph
 from taps_core.plan import Plan, SearchInfo, evaluate
 from taps_core.planner import BASELINES, NotFitting, compare, search
 from taps_core.report import describe, strategy_words
@@ -97,15 +98,20 @@ TIE_REL = 1e-9
 def step_time_at(graph: OpGraph, plan: Plan, nodes: int, nic_Bps: float) -> float:
     """Step time of ``plan``'s strategies on the cluster with NICs at ``nic_Bps``."""
     links = LinkModel(cluster(nodes, nic_Bps))
+    micro = plan.workload.get("micro_batch_size")
+    cfg = graph.meta["config"]
+    if micro is not None and micro != cfg.batch_size:
+        graph = build_graph(cfg.with_workload(batch_size=int(micro)))
     again = evaluate(
         graph,
         links,
         plan.mode,
-        plan.strategies,
+        plan.choices,
         label=plan.label,
         cost_model="topology",
         search=SearchInfo("manual", 0.0, 0),
         memory_limit_bytes=plan.memory_limit_bytes,
+        microbatches=plan.microbatches,
     )
     return again.total_time_s
 
@@ -136,7 +142,7 @@ def diff(old: Plan, new: Plan) -> list[dict[str, object]]:
 
 def _taps(graph: OpGraph, nodes: int, mode: str, nic_Bps: float) -> Plan | None:
     try:
-        return search(graph, cluster(nodes, nic_Bps), mode=mode)
+        return search(graph, cluster(nodes, nic_Bps), mode=mode, pipeline=False)
     except TapsError:
         return None
 
@@ -145,7 +151,7 @@ def pick_mode(graph: OpGraph, nodes: int) -> tuple[str, str]:
     """("train", "") when TAPS finds a training plan that fits at the preset NIC speed, else
     ("infer", why training does not fit). Memory does not depend on bandwidth."""
     try:
-        search(graph, cluster(nodes, PRESET_NIC_Bps), mode="train")
+        search(graph, cluster(nodes, PRESET_NIC_Bps), mode="train", pipeline=False)
     except TapsError as err:
         return "infer", str(err)
     return "train", ""
@@ -212,7 +218,7 @@ def sweep(
     volume_sigs: set[tuple[str, ...]] = set()
     for bw in grid:
         t0 = time.perf_counter()
-        plans = compare(graph, cluster(nodes, bw), mode=mode)
+        plans = compare(graph, cluster(nodes, bw), mode=mode, pipeline=False)
         elapsed = time.perf_counter() - t0
         for label, p in plans.items():
             if isinstance(p, NotFitting):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from benchmarks.config import BenchConfig, workload
 from taps_core.collectives import TopologyCost
+from taps_core.explain import replicated_share
 from taps_core.linkmodel import LinkModel
 from taps_core.plan import Plan
 from taps_core.planner import BASELINES, NotFitting, compare, reduction
@@ -106,10 +107,9 @@ def _numbers(p: Plan | NotFitting) -> PlanNumbers:
 
 
 def inter_share(plan: Plan) -> float:
-    """Share of the plan's compute time in ops that split something across nodes."""
-    total = plan.compute_time_s
-    spread = sum(op.compute_s for op in plan.ops if op.strategy.inter)
-    return spread / total if total > 0 else 0.0
+    """Share of the plan's compute that hosts do not repeat (split across hosts, or on its own
+    pipeline stage)."""
+    return 1.0 - replicated_share(plan, "inter")
 
 
 def _is_material(volume: Plan, cfg: BenchConfig) -> bool:
