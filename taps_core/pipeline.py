@@ -34,6 +34,7 @@ from taps_core.errors import InfeasibleError, TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
 from taps_core.plan import (
+    OpPlan,
     PipelineInfo,
     Plan,
     SearchInfo,
@@ -422,7 +423,7 @@ def _merge(
             key = (rename(lt.src), rename(lt.dst))
             if key in index:
                 load[index[key]] += lt.bytes
-        ops += [replace(op, stage=st.index) for op in st.plan.ops]
+        ops += [_moved(op, st) for op in st.plan.ops]
         intra += st.plan.intra_node_bytes
         inter += st.plan.inter_node_bytes
         volume += st.plan.volume_comm_time_s
@@ -458,6 +459,21 @@ def _merge(
         pipeline=info,
         workload=workload_of(micro, info.microbatches),
     )
+
+
+def _moved(op: OpPlan, st: StageInfo) -> OpPlan:
+    """A stage op tagged with its stage and, when the stage's plan was searched on other
+    (identical) layers, renamed to the layer this stage holds."""
+    if op.layer is None or st.layers is None:
+        return replace(op, stage=st.index)
+    searched = [o.layer for o in st.plan.ops if o.layer is not None]
+    shift = st.layers[0] - min(searched)
+    if not shift:
+        return replace(op, stage=st.index)
+    layer = op.layer + shift
+    head, _, rest = op.name.partition(".")
+    name = f"L{layer}.{rest}" if head == f"L{op.layer}" and rest else op.name
+    return replace(op, stage=st.index, layer=layer, name=name)
 
 
 def _host_renamer(topology: Topology, shift: int, g: int) -> Callable[[str], str]:
