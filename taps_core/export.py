@@ -666,9 +666,9 @@ class Export:
 def _workload_note(wl: Workload) -> str:
     c = wl.config
     return (
-        f"workload: batch {c.batch_size}, sequence {c.seq_length}, {c.dtype} (from the "
-        f"{wl.source}; the plan JSON does not record it: pass --batch/--seq/--dtype if "
-        "the plan used others)"
+        f"workload: batch {c.batch_size}, sequence {c.seq_length}, {c.dtype} (the plan's "
+        f"recorded workload where it has one, else the {wl.source}; --batch/--seq/--dtype "
+        "override it)"
     )
 
 
@@ -1514,8 +1514,18 @@ def export_plan(
     if fmt not in _EXPORTERS:
         raise InvalidInputError("--format", fmt, f"one of {', '.join(FORMATS)}")
     view = read_plan(data, label)
+    recorded = select_plan(data, label)[0].get("workload")
+    if isinstance(recorded, dict):  # the plan JSON records its workload: use it by default
+        batch = batch if batch is not None else _int_or_none(recorded.get("batch_size"))
+        seq = seq if seq is not None else _int_or_none(recorded.get("seq_length"))
+        if dtype is None and isinstance(recorded.get("dtype"), str):
+            dtype = recorded["dtype"]
     wl = resolve_workload(view, model=model, batch=batch, seq=seq, dtype=dtype)
     return _EXPORTERS[fmt](view, wl)
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:
