@@ -98,6 +98,15 @@ def sub_topology(topology: Topology, hosts: tuple[int, ...]) -> Topology:
     return sub
 
 
+def _flows(
+    src_hosts: tuple[int, ...], dst_hosts: tuple[int, ...], g: int, nbytes: float
+) -> list[tuple[int, int, float]]:
+    """GPU j of one stage to GPU j of the next, each 1/G of ``nbytes``."""
+    src = [h * g + j for h in src_hosts for j in range(g)]
+    dst = [h * g + j for h in dst_hosts for j in range(g)]
+    return [(a, b, nbytes / len(src)) for a, b in zip(src, dst)]
+
+
 def send_seconds(
     links: LinkModel, src_hosts: tuple[int, ...], dst_hosts: tuple[int, ...], nbytes: float
 ) -> tuple[float, float, np.ndarray]:
@@ -301,6 +310,7 @@ def _assemble(
     p2p_bytes = 0.0
     send_s = [0.0] * p
     send_vol = [0.0] * p
+    flows: list[tuple[int, int, float]] = []
     volume = VolumeCost()
     for i in range(p - 1):
         src = tuple(range(i * hosts, (i + 1) * hosts))
@@ -313,6 +323,8 @@ def _assemble(
         send_vol[i] += volume.seconds_per_byte * per_gpu
         send_vol[i + 1] += volume.seconds_per_byte * per_gpu
         loads += m * (fwd_l + bwd_l)
+        flows += _flows(src, dst, topology.gpus_per_node, m * boundary[i])
+        flows += _flows(dst, src, topology.gpus_per_node, m * boundary[i])
         p2p_bytes += m * (fwd_b + bwd_b)
     for i, sp in enumerate(stage_plans):
         own = sp.plan.total_time_s - sp.sync_s
@@ -342,7 +354,7 @@ def _assemble(
     vol_mb = [st.volume_microbatch_s for st in stages]
     volume_step = (m - 1) * max(vol_mb) + sum(vol_mb) + max(st.volume_sync_s for st in stages)
     info = PipelineInfo(tuple(stages), m, micro.meta["config"].batch_size, step, compute, comm,
-                        bubble, p2p_bytes, "1F1B", volume_step)
+                        bubble, p2p_bytes, "1F1B", volume_step, tuple(flows))
     return _merge(micro, topology, links, mode, cost_model, limit, info, loads, stage_plans)
 
 
@@ -418,7 +430,7 @@ def _merge(
     g = topology.gpus_per_node
     for st in info.stages:
         shift = st.hosts[0]
-        rename = _host_renamer(topology, shift, g)
+        rename = host_renamer(topology, shift, g)
         for lt in st.plan.links:
             key = (rename(lt.src), rename(lt.dst))
             if key in index:
@@ -476,7 +488,7 @@ def _moved(op: OpPlan, st: StageInfo) -> OpPlan:
     return replace(op, stage=st.index, layer=layer, name=name)
 
 
-def _host_renamer(topology: Topology, shift: int, g: int) -> Callable[[str], str]:
+def host_renamer(topology: Topology, shift: int, g: int) -> Callable[[str], str]:
     """Map a device name of hosts 0.. to the same device on hosts shift.. (by position)."""
     if shift == 0:
         return lambda name: name

@@ -116,6 +116,7 @@ class PipelineInfo:
     p2p_bytes: float
     schedule: str = "1F1B"
     volume_step_s: float = 0.0  # the step under the volume model (what a volume planner sees)
+    p2p_flows: tuple[tuple[int, int, float], ...] = ()  # (src GPU, dst GPU, bytes per step)
 
     @property
     def bubble_fraction(self) -> float:

@@ -14,6 +14,7 @@ import numpy as np
 
 from taps_core.errors import InvalidInputError
 from taps_core.linkmodel import LinkModel
+from taps_core.pipeline import host_renamer, sub_topology
 from taps_core.plan import Plan
 from taps_core.topology import Topology
 
@@ -84,6 +85,8 @@ def link_traffic_by_op_kind(
     """
     _check_same_cluster(plan, topology)
     links = links or LinkModel(topology)
+    if plan.pipeline is not None:
+        return _pipeline_breakdown(plan, topology, links)
     kinds: dict[str, int] = {}
     rows: list[np.ndarray] = []
     for op in plan.ops:
@@ -93,6 +96,47 @@ def link_traffic_by_op_kind(
         row = rows[kinds[op.kind]]
         for _, p in op.phases:
             row += p.per_rank_bytes * links.pattern(p.level, p.q, p.pattern).loads
+    load = np.array(rows) if rows else np.zeros((0, len(links.links)))
+    used = np.flatnonzero(load.sum(axis=0) > 0)
+    names = tuple(
+        (u, v, link.kind, link.bandwidth_Bps) for u, v, link in (links.links[i] for i in used)
+    )
+    sel = load[:, used]
+    return LinkBreakdown(names, tuple(kinds), sel, sel / links.capacity_Bps[used])
+
+
+def _pipeline_breakdown(plan: Plan, topology: Topology, links: LinkModel) -> LinkBreakdown:
+    """Per-op-kind link loads of a pipelined plan: each stage's plan on its own hosts, moved to
+    them, plus the sends between stages as their own kind."""
+    assert plan.pipeline is not None
+    index = {(u, v): i for i, (u, v, _) in enumerate(links.links)}
+    g = topology.gpus_per_node
+    kinds: dict[str, int] = {}
+    rows: list[np.ndarray] = []
+
+    def row(kind: str) -> np.ndarray:
+        if kind not in kinds:
+            kinds[kind] = len(rows)
+            rows.append(np.zeros(len(links.links)))
+        return rows[kinds[kind]]
+
+    for st in plan.pipeline.stages:
+        sub = sub_topology(topology, tuple(range(len(st.hosts))))
+        part = link_traffic_by_op_kind(st.plan, sub)
+        rename = host_renamer(topology, st.hosts[0], g)
+        for j, (u, v, _, _) in enumerate(part.links):
+            i = index.get((rename(u), rename(v)))
+            if i is None:
+                continue
+            for k, kind in enumerate(part.op_kinds):
+                row(kind)[i] += part.bytes[k, j]
+    flows = plan.pipeline.p2p_flows
+    if flows:
+        src = np.array([a for a, _, _ in flows])
+        dst = np.array([b for _, b, _ in flows])
+        w = np.array([x for _, _, x in flows])
+        loads, _ = links._route(src, dst, w)
+        row("pipeline send")[:] += loads
     load = np.array(rows) if rows else np.zeros((0, len(links.links)))
     used = np.flatnonzero(load.sum(axis=0) > 0)
     names = tuple(
@@ -115,6 +159,17 @@ def gpu_traffic_matrix(
     links = links or LinkModel(topology)
     n = topology.num_gpus
     matrix = np.zeros((n, n))
+    if plan.pipeline is not None:
+        g = topology.gpus_per_node
+        for st in plan.pipeline.stages:
+            sub = sub_topology(topology, tuple(range(len(st.hosts))))
+            _, part = gpu_traffic_matrix(st.plan, sub)
+            base = st.hosts[0] * g
+            k = part.shape[0]
+            matrix[base : base + k, base : base + k] += part
+        for a, b, nbytes in plan.pipeline.p2p_flows:
+            matrix[a, b] += nbytes
+        return topology.gpus, matrix
     # (level, q, pattern) -> unit flow matrix: bytes src->dst per byte each rank sends
     unit: dict[tuple[str, int, str], np.ndarray] = {}
     for op in plan.ops:
