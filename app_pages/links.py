@@ -54,9 +54,8 @@ def main() -> None:
     )
     if plan.pipeline is not None:
         st.caption(
-            "Pipelined plan: each link's total over the step (every stage's collectives and "
-            "the sends between stages); the split by op kind and the GPU-to-GPU matrix are "
-            "not yet computed per stage by the engine, so they are not shown."
+            "Pipelined plan: every stage's collectives on its own hosts, plus the sends of "
+            "boundary activations between stages (\"pipeline send\")."
         )
     if heat is not None:
         show_chart(gpu_heatmap_figure(*heat), "gpu_heatmap")

@@ -25,7 +25,6 @@ from taps_core.topology import Topology
 # what a loader may raise on hostile input besides TapsError: shown as one line, never a trace
 LOADER_ERRORS = (TapsError, ValueError, TypeError, KeyError, OverflowError, RecursionError)
 TTL = 6 * 60 * 60  # seconds; results depend only on their arguments, this just bounds memory
-PIPELINE_TRAFFIC = "all ops and stage-to-stage sends"  # the one kind of a pipelined breakdown
 
 
 @dataclass(frozen=True)
@@ -199,24 +198,14 @@ def link_breakdown(
 ) -> Any:
     """Per-link bytes by op kind and the GPU x GPU matrix of the plan :func:`plan` returns.
 
-    A pipelined plan gets its own per-link totals as one kind and no matrix (None): the
-    engine's breakdown re-prices ops on the whole cluster, not on their stage's hosts.
+    A pipelined plan's stages are broken down on their own hosts, and the sends between stages
+    appear as the kind "pipeline send".
     """
-    import numpy as np
-
-    from taps_core.traffic import LinkBreakdown, gpu_traffic_matrix, link_traffic_by_op_kind
+    from taps_core.traffic import gpu_traffic_matrix, link_traffic_by_op_kind
 
     p = plan(work, topo_json, mode, cost_model, memory_limit_bytes)
     if isinstance(p, Failure):
         return p
-    if p.pipeline is not None:
-        br = LinkBreakdown(
-            tuple((k.src, k.dst, k.kind, k.bandwidth_Bps) for k in p.links),
-            (PIPELINE_TRAFFIC,),
-            np.array([[k.bytes for k in p.links]], dtype=float).reshape(1, -1),
-            np.array([[k.busy_time_s for k in p.links]], dtype=float).reshape(1, -1),
-        )
-        return br, None
     links = link_model(topo_json)
     topo = topology(topo_json)
     return link_traffic_by_op_kind(p, topo, links), gpu_traffic_matrix(p, topo, links)
