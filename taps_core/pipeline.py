@@ -48,6 +48,7 @@ from taps_core.strategies import SearchSpace
 from taps_core.topology import Topology
 
 MAX_STAGES = 32
+SCOUT_STAGE_BUDGET_S = 4.0  # a stage's exact search while comparing settings (then in full)
 PIPELINE_ZERO = (1,)  # the distributed optimizer; ZeRO-2/3 re-gather per micro-batch
 
 
@@ -229,10 +230,12 @@ def search_pipeline(
                 plan = _assemble(
                     micro, topology, links, mode, cost_model, limit, p, m, split, span[0],
                     cache, allow_for, space, search_fixed, choices_of, deadline,
+                    SCOUT_STAGE_BUDGET_S,
                 )
                 score = None if plan is None else objective(plan, cost_model)
                 if score is not None and (best is None or score < best[0]):
                     best = (score, plan)
+                    chosen = (micro, p, m, split)
                 if score is not None and (best_m is None or score < best_m):
                     best_m = score
             if best_m is not None and best_p is not None and best_m > best_p:
@@ -248,6 +251,15 @@ def search_pipeline(
     if best is None:
         return None
     plan = best[1]
+    if plan.search.status != "optimal" and time.perf_counter() < deadline:
+        # the scouting stage searches were cut short: plan the chosen setting in full
+        micro, p, m, split = chosen
+        again = _assemble(
+            micro, topology, links, mode, cost_model, limit, p, m, split, span[0], {},
+            allow_for, space, search_fixed, choices_of, deadline,
+        )
+        if again is not None and objective(again, cost_model) <= best[0] * (1 + 1e-12):
+            plan = again
     info = SearchInfo(
         "pipeline + " + plan.search.algorithm,
         time.perf_counter() - start,
@@ -278,8 +290,10 @@ def _assemble(
     search_fixed: Callable[..., tuple],
     choices_of: Callable[..., dict],
     deadline: float,
+    stage_budget_s: float = math.inf,
 ) -> Plan | None:
-    """Plan every stage of one (p, m, split) setting and put the pipeline together."""
+    """Plan every stage of one (p, m, split) setting and put the pipeline together; a stage's
+    exact memory-bound search gets at most ``stage_budget_s`` seconds."""
     hosts = topology.nodes // p
     stage_plans: list[_StagePlan] = []
     ranges: list[tuple[int, int]] = []
@@ -298,7 +312,8 @@ def _assemble(
         if key not in cache:
             cache[key] = _plan_stage(
                 micro, topology, mode, cost_model, limit, a, b, head, tail, copies, hosts, m,
-                allow_for, space, search_fixed, choices_of, deadline,
+                allow_for, space, search_fixed, choices_of,
+                min(deadline, time.perf_counter() + stage_budget_s),
             )
         if cache[key] is None:
             return None
