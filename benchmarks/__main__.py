@@ -7,7 +7,8 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, replace
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from benchmarks import (
@@ -25,11 +26,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("quality", "speed", "sweep", "pipeline")
 
 
-def _log_to_stderr(start: float):
-    def log(msg: str) -> None:
-        print(f"[{time.perf_counter() - start:7.1f} s] {msg}", file=sys.stderr, flush=True)
+@dataclass(frozen=True)
+class _StderrLog:
+    """Progress lines on stderr, stamped with seconds since ``start`` (picklable for --jobs)."""
 
-    return log
+    start: float
+    wall_start: float
+
+    def __call__(self, msg: str) -> None:
+        print(f"[{time.time() - self.wall_start:7.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def _log_to_stderr(start: float) -> _StderrLog:
+    return _StderrLog(start, time.time())
 
 
 def _clean(value: object) -> object:
@@ -81,6 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ilp-time-limit", type=float, help="HiGHS time limit per ILP (s)")
     ap.add_argument("--ilp-max-vars", type=int, help="largest ILP attempted (variables)")
     ap.add_argument("--no-images", action="store_true", help="write HTML figures, not PNG")
+    ap.add_argument(
+        "--quality-budget", type=float, help="seconds of compare time after which the remaining "
+        "plan-quality scenarios (largest clusters last) are skipped and listed as skipped"
+    )
+    ap.add_argument(
+        "--jobs", type=int, default=1, help="run the plan-quality section in a second process "
+        "beside the others (2 on a 2-core machine); timings then share the machine"
+    )
     args = ap.parse_args(argv)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = set(sections) - set(SECTIONS)
@@ -91,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(cfg, ilp_time_limit_s=args.ilp_time_limit)
     if args.ilp_max_vars is not None:
         cfg = replace(cfg, ilp_max_vars=args.ilp_max_vars)
+    if args.quality_budget is not None:
+        cfg = replace(cfg, quality_budget_s=args.quality_budget)
     command = "python -m benchmarks" + (" " + " ".join(argv or sys.argv[1:])).rstrip()
 
     start = time.perf_counter()
@@ -100,10 +119,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{cfg.name} run on {env['cpu']} ({env['usable_cores']} cores), "
         f"load {env['load_average_start']}"
     )
-    quality = plan_quality.run(cfg, log) if "quality" in sections else None
+    pool = None
+    pending = None
+    if args.jobs > 1 and "quality" in sections:
+        pool = ProcessPoolExecutor(max_workers=1)
+        pending = pool.submit(plan_quality.run, cfg, log)
+    quality = plan_quality.run(cfg, log) if "quality" in sections and pending is None else None
     speed = search_speed.run(cfg, log) if "speed" in sections else None
     sweep = bandwidth_sweep.run(cfg, log) if "sweep" in sections else None
     piped = pipelining.run(cfg, log) if "pipeline" in sections else None
+    if pending is not None and pool is not None:
+        quality = pending.result()
+        pool.shutdown()
     run = RunResults(command, cfg, env, None, 0.0, quality, speed, sweep, {}, piped)
     args.out.mkdir(parents=True, exist_ok=True)
     with figures.FigureWriter(args.out, images=not args.no_images) as writer:

@@ -168,49 +168,54 @@ def run_scenario(
     return row, plans
 
 
+def scenario_order(cfg: BenchConfig) -> list[tuple[str, str, str]]:
+    """(cluster, model, mode) with the smallest clusters first, so a section cut short by its
+    time budget still covers every model on the clusters it reached."""
+    clusters = sorted(cfg.quality_clusters, key=lambda c: (preset(c).num_gpus, c))
+    return [(c, m, mode) for c in clusters for m in cfg.quality_models for mode in cfg.modes]
+
+
 def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> QualityResult:
     """Every scenario of ``cfg``, then where the gain comes from in the top realistic ones."""
     rows: list[QualityRow] = []
     best: dict[str, tuple[float, QualityRow, Plan, Plan]] = {}
     spent = 0.0
     start = time.perf_counter()
-    for model in cfg.quality_models:
-        for cluster in cfg.quality_clusters:
-            for mode in cfg.modes:
-                if spent > cfg.quality_budget_s:
-                    topo = preset(cluster)
-                    _, batch, sample = workload(model, topo.nodes)
-                    rows.append(
-                        QualityRow(
-                            model,
-                            cluster,
-                            topo.nodes,
-                            topo.num_gpus,
-                            mode,
-                            batch,
-                            sample,
-                            None,
-                            skipped=f"skipped: the {cfg.quality_budget_s:.0f} s budget "
-                            "of this section was spent",
-                        )
-                    )
-                    continue
-                row, plans = run_scenario(model, cluster, mode, cfg)
-                spent += row.compare_s or 0.0
-                rows.append(row)
-                red = row.reduction_vs.get("volume")
-                log(
-                    f"quality {row.key}: compare {row.compare_s:.2f} s, reduction vs volume "
-                    + ("n/a" if red is None else f"{100 * red:.1f}%")
+    for cluster, model, mode in scenario_order(cfg):
+        if spent > cfg.quality_budget_s:
+            topo = preset(cluster)
+            _, batch, sample = workload(model, topo.nodes)
+            rows.append(
+                QualityRow(
+                    model,
+                    cluster,
+                    topo.nodes,
+                    topo.num_gpus,
+                    mode,
+                    batch,
+                    sample,
+                    None,
+                    skipped=f"skipped: the {cfg.quality_budget_s:.0f} s budget "
+                    "of this section was spent",
                 )
-                if not row.realistic or red is None:
-                    continue
-                for kind in ("any", mode):
-                    if kind in best and best[kind][0] >= red:
-                        continue
-                    taps, volume = plans["taps"], plans["volume"]
-                    assert isinstance(taps, Plan) and isinstance(volume, Plan)
-                    best[kind] = (red, row, taps, volume)
+            )
+            continue
+        row, plans = run_scenario(model, cluster, mode, cfg)
+        spent += row.compare_s or 0.0
+        rows.append(row)
+        red = row.reduction_vs.get("volume")
+        log(
+            f"quality {row.key}: compare {row.compare_s:.2f} s, reduction vs volume "
+            + ("n/a" if red is None else f"{100 * red:.1f}%")
+        )
+        if not row.realistic or red is None:
+            continue
+        for kind in ("any", mode):
+            if kind in best and best[kind][0] >= red:
+                continue
+            taps, volume = plans["taps"], plans["volume"]
+            assert isinstance(taps, Plan) and isinstance(volume, Plan)
+            best[kind] = (red, row, taps, volume)
     picks = [best[k] for k in ("any", "train") if k in best]
     if len(picks) == 2 and picks[0][1] is picks[1][1]:
         picks = picks[:1]
