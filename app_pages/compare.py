@@ -68,24 +68,20 @@ def main() -> None:
         st.markdown("#### Why these plans differ")
         for label in BASELINES:
             other = plans[label]
-            # the engine's reasons read a baseline without stages (its shares of compute)
-            if isinstance(other, Plan) and other.pipeline is None:
+            if isinstance(other, Plan):
                 text = slow_baseline_warning(taps, other, graph, plan_name(label))
                 if text:
                     st.warning(text)
-        if taps.pipeline is not None:  # the engine's decision pricing reads flat plans
-            st.markdown(f"- TAPS: {taps.search.note}." if taps.search.note else "")
-        else:
-            warning = replication_warning(taps)
-            if warning:
-                st.warning(f"TAPS: {warning}")
-            with st.spinner("Pricing TAPS's decisions against their runner-ups…"):
-                found = cache.why(
-                    ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes
-                )
-            if not isinstance(found, cache.Failure):
-                for d in found:
-                    st.markdown(f"- TAPS: {d.words}")
+        warning = replication_warning(taps) if taps.pipeline is None else None
+        if warning:
+            st.warning(f"TAPS: {warning}")
+        with st.spinner("Pricing TAPS's decisions against their runner-ups…"):
+            found = cache.why(
+                ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes
+            )
+        if not isinstance(found, cache.Failure):
+            for d in found:
+                st.markdown(f"- TAPS: {d.words}")
     with st.expander("Each plan in words"):
         for label, p in plans.items():
             words = (

@@ -326,11 +326,10 @@ def why_this_plan(ctx: Context, plan: Plan) -> None:
     st.markdown("#### Why this plan")
     if plan.pipeline is not None:
         pipeline_words(plan)
-        return
-    warning = replication_warning(plan)
+    warning = replication_warning(plan) if plan.pipeline is None else None
     if warning:
         st.warning(warning)
-    if ctx.edited:
+    if ctx.edited and plan.pipeline is None:
         res = cache.resolve_topology(*_base_args(st.session_state))
         if res.json is not None:
             base = cache.plan(

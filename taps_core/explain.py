@@ -232,11 +232,15 @@ class Decision:
 
 def _choices(plan: Plan) -> list[tuple[str, str | None, float, set[str]]]:
     """(level, letter or None for 'replicated', compute share, op names) of a plan's choices."""
-    total = plan.compute_time_s or 1.0
+    total = sum(op.compute_s for op in plan.ops) or 1.0
+    stage_hosts = (
+        {st.index: len(st.hosts) for st in plan.pipeline.stages} if plan.pipeline else {}
+    )
     found: dict[tuple[str, str | None], tuple[float, set[str]]] = {}
     for op in plan.ops:
+        hosts = stage_hosts.get(op.stage, plan.nodes) if op.stage is not None else plan.nodes
         for level, split, size in (
-            ("inter", op.strategy.inter, plan.nodes),
+            ("inter", op.strategy.inter, hosts),
             ("intra", op.strategy.intra, plan.gpus_per_node),
         ):
             if size <= 1:
@@ -268,6 +272,8 @@ def decisions(
     """
     from taps_core.planner import search
 
+    if plan.pipeline is not None:
+        return [_pipeline_decision(plan, graph, topology, mode, memory_limit_bytes)]
     out = []
     for level, letter, share, names in _choices(plan):
         if share < min_share:
@@ -313,6 +319,42 @@ def decisions(
     return out[:limit]
 
 
+def _pipeline_decision(
+    plan: Plan, graph: Any, topology: Any, mode: str, memory_limit_bytes: float | None
+) -> Decision:
+    """Pipelining itself, priced against the best plan without stages (the same search).
+
+    The choices inside a pipelined plan's stages are made on each stage's own graph and hosts;
+    they are described per stage, not re-priced here.
+    """
+    from taps_core.planner import search
+
+    pi = plan.pipeline
+    assert pi is not None
+    what = f"{len(pi.stages)} pipeline stages with {plan.microbatches} micro-batches"
+    try:
+        flat = search(
+            graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, pipeline=False
+        )
+    except TapsError:
+        words = f"**{what}**: without stages no plan fits in memory."
+        return Decision(what, 1.0, None, "nothing fits", words)
+    saved = flat.total_time_s - plan.total_time_s
+    words = (
+        f"**{what}** (bubble {fmt_seconds(pi.bubble_time_s)} per step): saves "
+        f"{fmt_seconds(max(saved, 0.0))} per step "
+        f"({100 * max(saved, 0.0) / max(flat.total_time_s, 1e-30):.0f}%) over the best plan "
+        f"without stages, which would {describe_flat(flat)}."
+    )
+    return Decision(what, 1.0, saved, describe_flat(flat), words)
+
+
+def describe_flat(plan: Plan) -> str:
+    """'split batch across hosts, ...' words of a plan's heaviest choice per level."""
+    names = {op.name for op in plan.ops}
+    return "use " + _dominant_words(plan, names) + " for most of the compute"
+
+
 def slow_baseline_warning(taps: Plan, other: Plan, graph: Any, name: str) -> str | None:
     """Say why a baseline is slow when most of its extra step time is not communication."""
     extra = other.total_time_s - taps.total_time_s
@@ -326,8 +368,13 @@ def slow_baseline_warning(taps: Plan, other: Plan, graph: Any, name: str) -> str
         if share >= 0.1:
             parts.append(f"{100 * share:.0f}% of its compute is not split {where}")
     reasons = _indivisible(other, graph)
+    part = (
+        "all"
+        if extra_compute >= extra
+        else f"{100 * extra_compute / extra:.0f}%"
+    )
     text = (
-        f"The {name} step is {ratio:.1f}x TAPS's, and {100 * extra_compute / extra:.0f}% of "
+        f"The {name} step is {ratio:.1f}x TAPS's, and {part} of "
         f"the difference is compute, not communication"
     )
     if parts:

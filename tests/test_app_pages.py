@@ -452,6 +452,11 @@ def test_pipelined_plan_shows_stages_schedule_and_why_exports_are_refused():
     table = at.dataframe[0].value
     assert set(table["stage"]) == {str(i) for i in range(stages)}
     assert any("pipeline stages across hosts" in m.value for m in at.markdown)
+    # why this plan: pipelining itself, priced against the best plan without stages
+    assert any(
+        f"{stages} pipeline stages with" in m.value and "best plan without stages" in m.value
+        for m in at.markdown
+    )
     assert "levers:" in chart(at, "Memory per device (fullest stage)")["layout"]["title"]["text"]
     # TAPS's stage plans split the batch differently per op: no framework runs them as is
     refused = [i.value for i in at.info if i.value.startswith("not expressible in ")]

@@ -96,3 +96,16 @@ def test_slow_network_pipelines_without_splitting_tensors_across_nics():
     for op in plan.ops:
         if op.layer is not None:
             assert {ch for ch, _ in op.strategy.inter} <= {"b"}, op.name
+
+
+def test_pipelined_decision_is_priced_against_the_best_flat_plan(piped):
+    from taps_core.explain import _choices, decisions
+    from taps_core.planner import search
+
+    graph, topo, plan = piped
+    assert all(0 < share <= 1 + 1e-9 for _, _, share, _ in _choices(plan))
+    (found,) = decisions(plan, graph, topo, mode="train")
+    flat = search(graph, topo, pipeline=False)
+    assert found.saved_s == pytest.approx(flat.total_time_s - plan.total_time_s, rel=1e-9)
+    assert found.what.startswith(f"{len(plan.pipeline.stages)} pipeline stages")
+    assert "best plan without stages" in found.words
