@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks.bandwidth_sweep import Change, SweepPoint, SweepResult
 from benchmarks.config import BenchConfig
@@ -947,6 +948,27 @@ def machine(r: RunResults) -> list[str]:
     return ["## Machine", "", table(["", ""], rows, "ll"), ""]
 
 
+DASHBOARD_SPEED = Path(__file__).resolve().parents[1] / "docs" / "DASHBOARD_SPEED.md"
+
+
+def dashboard_speed_section(path: Path) -> list[str]:
+    """The real-browser table of ``python -m benchmarks.dashboard_speed`` (its own command: it
+    starts a server and chromium), quoted with a link; nothing when it was never run."""
+    if not path.is_file():
+        return []
+    text = path.read_text().splitlines()
+    table = [line for line in text if line.startswith("|")]
+    setup = next((line for line in text if line.startswith("Measured by")), "")
+    return [
+        "## Dashboard speed in a real browser",
+        "",
+        "From [DASHBOARD_SPEED.md](DASHBOARD_SPEED.md). " + setup,
+        "",
+        *table,
+        "",
+    ]
+
+
 def render(r: RunResults) -> str:
     lines = [
         "# TAPS Planner benchmarks: plan quality and search speed",
@@ -973,6 +995,7 @@ def render(r: RunResults) -> str:
         lines += sweep_section(r)
     if r.pipelining:
         lines += pipeline_section(r)
+    lines += dashboard_speed_section(DASHBOARD_SPEED)
     lines += notes(r)
     lines += machine(r)
     return "\n".join(lines)
