@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import pickle
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -95,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         "plan-quality scenarios (largest clusters last) are skipped and listed as skipped"
     )
     ap.add_argument(
+        "--reuse", type=Path, help="a folder of section results saved by an earlier run "
+        "(OUT/sections/); sections not run now are taken from it, so one section can be redone"
+    )
+    ap.add_argument(
         "--jobs", type=int, default=1, help="run the plan-quality section in a second process "
         "beside the others (2 on a 2-core machine); timings then share the machine"
     )
@@ -131,6 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     if pending is not None and pool is not None:
         quality = pending.result()
         pool.shutdown()
+    saved = args.out / "sections"
+    saved.mkdir(parents=True, exist_ok=True)
+    results = {"quality": quality, "speed": speed, "sweep": sweep, "pipeline": piped}
+    for name, value in results.items():
+        if name in sections:
+            (saved / f"{name}.pickle").write_bytes(pickle.dumps(value))
+        elif args.reuse is not None and (args.reuse / f"{name}.pickle").is_file():
+            # our own earlier output, never user input
+            results[name] = pickle.loads((args.reuse / f"{name}.pickle").read_bytes())
+            log(f"{name}: reused from {args.reuse}")
+    quality, speed, sweep, piped = (results[k] for k in ("quality", "speed", "sweep", "pipeline"))
     run = RunResults(command, cfg, env, None, 0.0, quality, speed, sweep, {}, piped)
     args.out.mkdir(parents=True, exist_ok=True)
     with figures.FigureWriter(args.out, images=not args.no_images) as writer:

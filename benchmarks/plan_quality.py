@@ -59,7 +59,8 @@ class QualityRow:
     material: bool = False
     realistic: bool = False
     skipped: str = ""
-    all_optimal: bool | None = None  # every fitting plan's search proved its optimum
+    all_optimal: bool | None = None  # every fitting plan (a pipeline: every stage plan) proven
+    pipelined: bool = False  # some fitting plan has pipeline stages (shape: guided enumeration)
     volume_best_own: bool | None = None  # no fitting plan beats volume's under volume's model
     taps_fastest: bool | None = None  # TAPS's step time is never above a baseline's
 
@@ -119,6 +120,14 @@ def _is_material(volume: Plan, cfg: BenchConfig) -> bool:
     )
 
 
+def proven(plan: Plan) -> bool:
+    """A flat plan proven optimal, or a pipelined plan whose every stage plan is (the pipeline
+    shape itself comes from a guided enumeration: counted apart, see ``pipelined``)."""
+    if plan.pipeline is not None:
+        return all(st.plan.search.status == "optimal" for st in plan.pipeline.stages)
+    return plan.search.status == "optimal"
+
+
 def run_scenario(
     model: str, cluster: str, mode: str, cfg: BenchConfig
 ) -> tuple[QualityRow, dict[str, Plan | NotFitting]]:
@@ -141,7 +150,8 @@ def run_scenario(
     fitting = [p for p in plans.values() if isinstance(p, Plan)]
     taps = plans["taps"]
     if fitting:
-        row.all_optimal = all(p.search.status == "optimal" for p in fitting)
+        row.all_optimal = all(proven(p) for p in fitting)
+        row.pipelined = any(p.pipeline is not None for p in fitting)
         volume = plans["volume"]
         if isinstance(volume, Plan):
             own = volume.compute_time_s + volume.volume_comm_time_s
@@ -271,6 +281,7 @@ def summarise(rows: list[QualityRow]) -> dict[str, object]:
                                 if r.taps_fastest is not None),
             "with_taps": sum(r.taps_fastest is not None for r in checked),
             "not_optimal": [r.key for r in checked if not r.all_optimal],
+            "pipelined": sum(r.pipelined for r in checked),
         },
         "scenarios": len(rows),
         "ran": len(ran),

@@ -124,6 +124,14 @@ def summary(r: RunResults) -> list[str]:
                 f"{fair['scenarios_with_plans']} scenarios with a fitting plan, every plan's "
                 f"status is proven optimal in **{fair['all_optimal']}**"
                 + (f" (not in: {', '.join(missing[:6])})" if missing else "")
+                + (
+                    f" (in the {fair['pipelined']} scenarios where a plan has pipeline stages, "
+                    "its stage plans are proven optimal; the stage count, layer split and "
+                    "micro-batch count come from a guided enumeration, not a proof, so such "
+                    "plans are labelled `feasible`)"
+                    if fair.get("pipelined")
+                    else ""
+                )
                 + f"; the volume-based plan is the best of all fitting plans under its own "
                 f"(volume) objective in **{fair['volume_best_own']} of {fair['with_volume']}**; "
                 f"TAPS's step time is never above a baseline's in **{fair['taps_fastest']} of "

@@ -168,6 +168,12 @@ def search_status(plan: Plan) -> str:
     """The search's claim in words: ``optimal (proven)``, or the best plan found and how far
     the proven lower bound lies below it (under the cost model the search minimised)."""
     s = plan.search
+    if plan.pipeline is not None:
+        stages = all(st.plan.search.status == "optimal" for st in plan.pipeline.stages)
+        return (
+            "each stage's plan " + ("optimal (proven)" if stages else "best found")
+            + "; stage count, layer split and micro-batches from a guided search (not proven)"
+        )
     if s.status == "optimal":
         return "optimal (proven)"
     if s.status == "feasible":

@@ -109,3 +109,14 @@ def test_pipelined_decision_is_priced_against_the_best_flat_plan(piped):
     assert found.saved_s == pytest.approx(flat.total_time_s - plan.total_time_s, rel=1e-9)
     assert found.what.startswith(f"{len(plan.pipeline.stages)} pipeline stages")
     assert "best plan without stages" in found.words
+
+
+def test_a_pipeline_never_claims_to_be_optimal(piped):
+    from dashboard.charts import search_status
+
+    _, _, plan = piped
+    # its stage plans are proven, but the stage split and micro-batch count are only searched
+    assert all(st.plan.search.status == "optimal" for st in plan.pipeline.stages)
+    assert plan.search.status == "feasible" and plan.search.lower_bound_s is None
+    assert "not a proof" in plan.search.note
+    assert search_status(plan).startswith("each stage's plan optimal (proven)")
