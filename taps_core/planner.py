@@ -618,36 +618,58 @@ def compare(
             )  # type: ignore[arg-type]
         except InfeasibleError as err:
             out[label] = NotFitting(label, str(err))
-    taps = out["taps"]
-    if isinstance(taps, Plan) and taps.search.status != "optimal":
-        for label in ("volume", "megatron", "data_parallel"):
-            other = out[label]
+    return _share_candidates(out)
+
+
+# Whose space holds whose plans: TAPS and the volume-based search search the whole space, so
+# every baseline's plan (pipelined or not) is also one of theirs.
+HOLDS_EVERY_PLAN = {"taps": "topology", "volume": "volume"}
+
+
+def _share_candidates(out: dict[str, Plan | NotFitting]) -> dict[str, Plan | NotFitting]:
+    """Give TAPS and the volume-based search every other fitting plan as a candidate.
+
+    Where a search could not prove its optimum (memory-bound fronts or a pipeline's guided
+    enumeration cut short), another planner's plan may be better under its own objective; it
+    lies in its space, so it is taken, said in the note, and the comparison stays fair: no
+    planner reports a plan worse under its own model than one another planner found.
+    """
+    from taps_core.pipeline import objective
+
+    result = dict(out)
+    for label, model in HOLDS_EVERY_PLAN.items():
+        mine = out.get(label)
+        if not isinstance(mine, Plan):
+            continue
+        best = mine
+        for other_label, other in out.items():
             if (
-                isinstance(other, Plan)
-                and other.pipeline is None
-                and other.total_time_s < taps.total_time_s - 1e-12
+                other_label != label
+                and isinstance(other, Plan)
+                and objective(other, model) < objective(best, model) * (1 - 1e-9)
             ):
-                info = taps.search
-                taps = evaluate(
-                    graph,
-                    links,
-                    mode,
-                    other.choices,
-                    label="taps",
-                    cost_model="topology",
-                    memory_limit_bytes=taps.memory_limit_bytes,
-                    search=SearchInfo(
-                        info.algorithm,
-                        info.time_s,
-                        info.num_strategies,
-                        "feasible",
-                        info.memory_weight,
-                        info.lower_bound_s,
-                        f"memory limit binds; the {label} plan was the best found",
-                    ),
-                )
-        out["taps"] = taps
-    return out
+                best = other
+        if best is mine:
+            continue
+        info = mine.search
+        value = objective(best, model)
+        proven = info.lower_bound_s is not None and value <= info.lower_bound_s * (1 + 1e-9)
+        result[label] = replace(
+            best,
+            label=label,
+            cost_model=model,
+            search=SearchInfo(
+                info.algorithm,
+                info.time_s,
+                info.num_strategies,
+                "optimal" if proven else "feasible",
+                info.memory_weight,
+                info.lower_bound_s,
+                f"the {best.label} plan (it lies in this search's space) beat the best this "
+                f"search found; {info.note}".rstrip("; "),
+            ),
+        )
+    return result
 
 
 def reduction(taps: Plan, other: Plan) -> float:

@@ -300,3 +300,29 @@ def test_chain_of_layers_equals_ilp_in_inference(dgx1):
     plan = search(graph, preset("pcie:1"), mode="infer", memory_limit_bytes=limit)
     assert plan.search.status == "optimal"
     assert plan.total_time_s == pytest.approx(_ilp_under_limit(problem, limit, graph), rel=1e-7)
+
+
+def test_a_search_cut_short_takes_a_better_plan_another_planner_found(gpt2_small):
+    from taps_core.planner import _share_candidates
+
+    plans = compare(gpt2_small, preset("ethernet:2"), mode="train", pipeline=False)
+    meg = plans["megatron"]
+    # pretend both whole-space searches ran out of time on the Megatron plan's twin, while
+    # the restricted baselines found TAPS's and the volume search's real plans
+    slow = replace(meg, search=replace(meg.search, status="feasible", lower_bound_s=None))
+    worse = {
+        "taps": replace(slow, label="taps"),
+        "volume": replace(slow, label="volume"),
+        "megatron": plans["taps"],
+        "data_parallel": plans["volume"],
+    }
+    shared = _share_candidates(worse)
+    for label in ("taps", "volume"):
+        got = shared[label]
+        assert got.label == label and got.search.status == "feasible"
+        assert "lies in this search's space" in got.search.note
+    assert shared["taps"].total_time_s == pytest.approx(plans["taps"].total_time_s)
+    assert shared["volume"].volume_objective_s == pytest.approx(plans["volume"].volume_objective_s)
+    assert shared["taps"].total_time_s < meg.total_time_s  # gpt2's 12 heads: Megatron is slower
+    # restricted baselines keep their own plans
+    assert shared["megatron"] is worse["megatron"] and shared["data_parallel"] is plans["volume"]
