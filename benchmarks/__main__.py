@@ -96,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         "plan-quality scenarios (largest clusters last) are skipped and listed as skipped"
     )
     ap.add_argument(
+        "--pipeline-budget", type=float, help="the planner's time budget (s) per pipelining "
+        "scenario and planner (default 240)"
+    )
+    ap.add_argument(
         "--reuse", type=Path, help="a folder of section results saved by an earlier run "
         "(OUT/sections/); sections not run now are taken from it, so one section can be redone"
     )
@@ -113,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         cfg = replace(cfg, ilp_time_limit_s=args.ilp_time_limit)
     if args.ilp_max_vars is not None:
         cfg = replace(cfg, ilp_max_vars=args.ilp_max_vars)
+    if args.pipeline_budget is not None:
+        cfg = replace(cfg, pipeline_budget_s=args.pipeline_budget)
     if args.quality_budget is not None:
         cfg = replace(cfg, quality_budget_s=args.quality_budget)
     command = "python -m benchmarks" + (" " + " ".join(argv or sys.argv[1:])).rstrip()
