@@ -37,7 +37,7 @@ def main() -> None:
     lo, hi = sorted((float(ss["sweep_lo"]), float(ss["sweep_hi"])))
     labels = tuple(lb for lb in BASELINES if lb in ss["sweep_curves"] or lb == "taps")
     grid = log_bandwidths(lo * 1e9, hi * 1e9, int(ss["sweep_points"]))
-    # a model whose search takes seconds warm-starts TAPS too (see taps_core.sweep)
+    # a slow search previews TAPS warm-started; the finished sweep is the same either way
     here = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes)
     warm = not isinstance(here, cache.Failure) and here.search.time_s > WARM_TAPS_AFTER_S
     st.caption(
@@ -45,8 +45,8 @@ def main() -> None:
         f"(this cluster: {current / 1e9:.3g} GB/s per host); NVLink and PCIe stay as they are. "
         + (
             "One search takes "
-            f"{fmt_seconds(here.search.time_s)} here, so TAPS and the baselines are searched "
-            "where their plan may change and re-costed between points that agree."
+            f"{fmt_seconds(here.search.time_s)} here, so TAPS is first drawn re-costed between "
+            "points that agree, then searched at every point before the sweep completes."
             if warm
             else "TAPS is searched at every point; baselines are searched at the ends and "
             "re-costed in between where their plan does not change."

@@ -280,8 +280,27 @@ def _priced(label: str, bw: float, plan: Plan | NotFitting, searched: bool) -> P
     )
 
 
+def bandwidth_key(bw: float) -> float:
+    """The canonical form of a bandwidth (bytes/s): 12 significant digits, so a bandwidth
+    computed two ways (a grid point, a bisection midpoint) names the same point."""
+    return float(f"{float(bw):.12g}")
+
+
+@dataclass(frozen=True)
+class _Found:
+    """The plan at one (label, bandwidth): searched, or a neighbour's re-costed there."""
+
+    plan: Plan | NotFitting
+    priced: Priced
+
+
 class SweepRun:
     """Incremental sweep of one workload on one cluster (thread-safe; reusable across grids).
+
+    Every (label, bandwidth) has one entry, :class:`_Found`, keyed by :func:`bandwidth_key`:
+    the plan and its priced figures, searched or re-costed. A complete sweep's TAPS points are
+    always searched, so its result does not depend on ``warm_taps`` (nor on the machine's speed,
+    which the dashboard uses to choose it): warm-starting only changes what is drawn first.
 
     Parameters
     ----------
@@ -292,9 +311,9 @@ class SweepRun:
     labels
         Plans to cost, among :data:`taps_core.planner.BASELINES`; ``"taps"`` always included.
     warm_taps
-        Warm-start TAPS like the baselines: at a grid point whose searched neighbours have
-        the same TAPS plan, re-cost that plan instead of searching (for models whose search
-        takes seconds). Changes are still located by searching.
+        Preview TAPS like the baselines: at a grid point whose searched neighbours have the same
+        TAPS plan, draw that plan re-costed first, and search the point before the sweep is
+        complete (for models whose search takes seconds).
     """
 
     def __init__(
@@ -315,8 +334,7 @@ class SweepRun:
         self.mode, self.memory_limit_bytes = mode, memory_limit_bytes
         self.labels = ("taps", *(lb for lb in BASELINES if lb in labels and lb != "taps"))
         self.warm_taps = warm_taps
-        self._plans: dict[tuple[str, float], Plan | NotFitting] = {}  # searched
-        self._priced: dict[tuple[str, float], Priced] = {}
+        self._found: dict[tuple[str, float], _Found] = {}
         self._changes: dict[tuple[float, float], Change] = {}
         self._complete: dict[tuple[tuple[float, ...], bool], Sweep] = {}
         self._reprice_ok: bool | None = None
@@ -327,6 +345,10 @@ class SweepRun:
 
     def _topology_at(self, bw: float) -> Topology:
         return scale_inter_bandwidth(self.topology, bw)
+
+    def _searched(self, label: str, bw: float) -> bool:
+        found = self._found.get((label, bw))
+        return found is not None and found.priced.searched
 
     def _search(self, label: str, bw: float) -> None:
         """Search ``label`` at ``bw`` (baselines through :func:`compare`, which gives all four)."""
@@ -357,63 +379,77 @@ class SweepRun:
                 )
             )
         for lb, plan in found.items():
-            self._plans[(lb, bw)] = plan
-            self._priced[(lb, bw)] = _priced(lb, bw, plan, True)
+            if not self._searched(lb, bw):  # a searched plan is never replaced by a later one
+                self._found[(lb, bw)] = _Found(plan, _priced(lb, bw, plan, True))
+        self._best_taps(bw)
 
-    def _reprice(self, plan: Plan, bw: float) -> Plan | None:
-        """``plan``'s strategies costed at ``bw``; None if the engine cannot re-cost faithfully."""
-        if self._reprice_ok is None:  # once: re-costing a plan where it was found must agree
-            same = reprice(plan, self.graph, self._topology_at(self._bandwidth_of(plan)))
+    def _reprice(self, plan: Plan, bw: float, found_at: float) -> Plan | None:
+        """``plan`` (found at ``found_at``) costed at ``bw``; None if the engine cannot re-cost
+        it faithfully (checked once: re-costing a plan where it was found must agree)."""
+        if self._reprice_ok is None:
+            same = reprice(plan, self.graph, self._topology_at(found_at))
             self._reprice_ok = same is not None and math.isclose(
                 same.total_time_s, plan.total_time_s, rel_tol=1e-9, abs_tol=1e-15
             )
         return reprice(plan, self.graph, self._topology_at(bw)) if self._reprice_ok else None
 
-    def _bandwidth_of(self, plan: Plan) -> float:
-        return next(bw for (lb, bw), p in self._plans.items() if p is plan)
+    def at(self, label: str, bw: float, *, searched: bool = False) -> Priced:
+        """``label``'s plan at ``bw``: searched, or (unless ``searched``) a neighbour's re-costed
+        where the module notes allow it."""
+        return self.found(label, bw, searched=searched).priced
 
-    def at(self, label: str, bw: float) -> Priced:
-        """``label``'s plan at ``bw`` (searched, or a neighbour's re-costed; see module notes)."""
+    def found(self, label: str, bw: float, *, searched: bool = False) -> _Found:
+        """The one entry for ``label`` at ``bw`` (see :meth:`at`)."""
+        bw = bandwidth_key(bw)
         with self._lock:
             key = (label, bw)
-            if key in self._priced:
-                return self._priced[key]
-            if label != "taps" or self.warm_taps:
+            if key in self._found and (self._found[key].priced.searched or not searched):
+                return self._found[key]
+            if not searched and (label != "taps" or self.warm_taps):
                 warm = self._warm(label, bw)
                 if warm is not None:
-                    self._priced[key] = warm
+                    self._found[key] = warm
                     return warm
             self._search(label, bw)
-            self._best_taps(bw)
-            return self._priced[key]
+            return self._found[key]
 
-    def _warm(self, label: str, bw: float) -> Priced | None:
+    def _warm(self, label: str, bw: float) -> _Found | None:
         """A plan re-costed from the searched plans around ``bw``, when both agree."""
-        searched = sorted(b for (lb, b) in self._plans if lb == label)
+        searched = sorted(b for (lb, b) in self._found if lb == label and self._searched(lb, b))
         left = [b for b in searched if b < bw]
         right = [b for b in searched if b > bw]
         if not left or not right:
             return None
-        a, b = self._plans[(label, left[-1])], self._plans[(label, right[0])]
+        a, b = self._found[(label, left[-1])].plan, self._found[(label, right[0])].plan
         if isinstance(a, NotFitting) and isinstance(b, NotFitting):
-            return replace(_priced(label, bw, a, False), searched=False)
+            return _Found(a, _priced(label, bw, a, False))
         if not (isinstance(a, Plan) and isinstance(b, Plan)) or _labels(a) != _labels(b):
             return None
-        plan = self._reprice(a, bw)
-        return None if plan is None else _priced(label, bw, plan, False)
+        plan = self._reprice(a, bw, left[-1])
+        return None if plan is None else _Found(plan, _priced(label, bw, plan, False))
 
     def _best_taps(self, bw: float) -> None:
         """When the memory limit binds TAPS is not proven optimal: a faster fitting baseline
         plan lies in TAPS's space, so it is TAPS's plan (as :func:`compare` does)."""
-        taps = self._plans.get(("taps", bw))
-        if not isinstance(taps, Plan) or taps.search.status == "optimal":
+        taps = self._found.get(("taps", bw))
+        if taps is None or not isinstance(taps.plan, Plan):
             return
-        best = self._priced[("taps", bw)]
+        if taps.plan.search.status == "optimal" or not taps.priced.searched:
+            return
+        best = taps
         for lb in BASELINES[1:]:
-            p = self._priced.get((lb, bw))
-            if p is not None and p.fits and p.total_time_s < best.total_time_s - 1e-12:
-                best = replace(p, label="taps", summary=f"{p.summary} (the {lb} plan)")
-        self._priced[("taps", bw)] = best
+            other = self._found.get((lb, bw))
+            if (
+                other is not None
+                and isinstance(other.plan, Plan)
+                and other.plan.total_time_s < best.plan.total_time_s - 1e-12
+            ):
+                plan = replace(other.plan, label="taps")
+                priced = replace(
+                    other.priced, label="taps", summary=f"{other.priced.summary} (the {lb} plan)"
+                )
+                best = _Found(plan, replace(priced, searched=True))
+        self._found[("taps", bw)] = best
 
     # -- whole grids --
 
@@ -422,38 +458,45 @@ class SweepRun:
         with self._lock:
             points = []
             for bw in bandwidths:
+                key = bandwidth_key(bw)
                 plans = {
-                    lb: self._priced[(lb, bw)] for lb in self.labels if (lb, bw) in self._priced
+                    lb: self._found[(lb, key)].priced
+                    for lb in self.labels
+                    if (lb, key) in self._found
                 }
                 points.append(SweepPoint(bw, plans) if "taps" in plans else None)
             lo, hi = min(bandwidths, default=0.0), max(bandwidths, default=0.0)
+            lo, hi = bandwidth_key(lo), bandwidth_key(hi)
             changes = tuple(c for (a, b), c in sorted(self._changes.items()) if lo <= a and b <= hi)
             return Sweep(self.labels, tuple(bandwidths), tuple(points), changes, complete)
 
     def fill(self, bandwidths: Sequence[float], *, locate: bool = True) -> Iterator[Sweep]:
         """Compute the grid coarse to fine, then locate TAPS's changes; yield after each step.
 
-        The last snapshot yielded has ``complete=True``.
+        The last snapshot yielded has ``complete=True``; in it every TAPS point is searched.
         """
-        grid = tuple(sorted({float(b) for b in bandwidths}))
+        for bw in bandwidths:
+            check_positive("bandwidths_Bps[]", bw)
+        grid = tuple(sorted({bandwidth_key(b) for b in bandwidths}))
         if not grid:
             raise InvalidInputError("bandwidths_Bps", list(bandwidths), "at least one bandwidth")
-        for bw in grid:
-            check_positive("bandwidths_Bps[]", bw)
         if (grid, locate) in self._complete:  # a finished grid: nothing left to plan
             yield self._complete[(grid, locate)]
             return
         for n, i in enumerate(coarse_to_fine(len(grid))):
             bw = grid[i]
-            if all((lb, bw) in self._priced for lb in self.labels):
+            if all((lb, bw) in self._found for lb in self.labels):
                 continue
             if n == 0 and len(self.labels) > 1:  # TAPS alone first: something to draw sooner
                 self.at("taps", bw)
                 yield self.snapshot(grid)
             for lb in reversed(self.labels):  # baselines first: their compare also gives TAPS
                 self.at(lb, bw)
-            self._best_taps(bw)
             yield self.snapshot(grid)
+        for bw in grid:  # previews become searches: the result never depends on warm_taps
+            if not self._searched("taps", bw):
+                self.at("taps", bw, searched=True)
+                yield self.snapshot(grid)
         if locate:
             yield from self._locate(grid)
         final = self.snapshot(grid, complete=True)
@@ -461,8 +504,11 @@ class SweepRun:
         yield final
 
     def _taps_plan(self, bw: float) -> Plan | NotFitting:
-        self.at("taps", bw)
-        return self._plans[("taps", bw)]
+        """TAPS's searched plan at ``bw`` (what changes are located and explained from)."""
+        return self.found("taps", bw, searched=True).plan
+
+    def _strategies(self, bw: float) -> tuple[str, ...]:
+        return self.at("taps", bw, searched=True).strategies
 
     def _locate(self, grid: tuple[float, ...]) -> Iterator[Sweep]:
         """Bisect every interval of the grid where TAPS's plan differs, in log space."""
@@ -470,7 +516,7 @@ class SweepRun:
         pending = [
             (a, b)
             for a, b in itertools.pairwise(grid)
-            if self.at("taps", a).strategies != self.at("taps", b).strategies
+            if self._strategies(a) != self._strategies(b)
         ]
         for a, b in pending:
             if (a, b) not in self._changes:
@@ -480,9 +526,9 @@ class SweepRun:
             if b / a <= BISECT_RATIO or budget <= 0:
                 self._record(a, b, located=True)
                 continue
-            m = math.sqrt(a * b)
+            m = bandwidth_key(math.sqrt(a * b))
             budget -= 1
-            sa, sm, sb = (self.at("taps", x).strategies for x in (a, m, b))
+            sa, sm, sb = (self._strategies(x) for x in (a, m, b))
             self._changes.pop((a, b), None)
             subs = [(x, y) for x, y, u, v in ((a, m, sa, sm), (m, b, sm, sb)) if u != v]
             for sub in subs:
@@ -493,7 +539,7 @@ class SweepRun:
     def _record(self, a: float, b: float, *, located: bool) -> None:
         below, above = self._taps_plan(a), self._taps_plan(b)
         if isinstance(below, Plan) and isinstance(above, Plan):
-            above_at_a = self._reprice(above, a)
+            above_at_a = self._reprice(above, a, b)
             words = change_words(below, above, a, b, above_at_low=above_at_a)
             changed = sum(
                 op_choice_label(x) != op_choice_label(y) for x, y in zip(below.ops, above.ops)
