@@ -169,6 +169,20 @@ def _stat_phases(graph: OpGraph, op: OpSpec, s: Strategy, out_local: float) -> t
     return all_reduce(s_inter, s_intra, STAT_BYTES * stat_rows * rows)
 
 
+def summed_letters(op: OpSpec, pos: int, deferred: bool = False) -> set[str]:
+    """Letters summed over in the gradient of input ``pos``: every letter of the op it lacks,
+    except for an additive bias (a matmul or conv input past the first two, indexed by output
+    letters) of an op that reduces its own partial sums: the bias is added after the reduction
+    on every device, so its gradient sums the output's gradient only (a row-parallel bias needs
+    no sync over the tensor-parallel group, as in Megatron-LM). When the partial sums are handed
+    on (``deferred``) the bias is added on one device of the group before they are."""
+    letters = set(op.input_letters[pos])
+    bias = op.kind in ("matmul", "conv") and pos >= 2 and letters <= set(op.output_letters)
+    if bias and not deferred:
+        return set(op.output_letters) - letters
+    return set(op.letters) - letters
+
+
 def op_cost(
     graph: OpGraph,
     op: OpSpec,
@@ -219,7 +233,7 @@ def op_cost(
         t = graph.tensors[tname]
         held = shard(t, letters, s, pads[pos])
         if t.is_param:
-            absent = set(op.letters) - set(letters) - op.fixed
+            absent = summed_letters(op, pos, s.defer) - op.fixed
             weights.append(
                 WeightShard(tname, held, held / t.dtype_bytes, s.partial(absent), copies, t.tied)
             )

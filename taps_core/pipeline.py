@@ -300,11 +300,7 @@ def _assemble(
     exact memory-bound search gets at most ``stage_budget_s`` seconds."""
     hosts = topology.nodes // p
     stage_plans: list[_StagePlan] = []
-    ranges: list[tuple[int, int]] = []
-    lo = first_layer
-    for n in split:
-        ranges.append((lo, lo + n - 1))
-        lo += n
+    ranges = stage_ranges(first_layer, split)
     for i, (a, b) in enumerate(ranges):
         head, tail = i == 0, i == p - 1
         # in flight under 1F1B: p - i micro-batches; the middle stages share one plan sized
@@ -322,6 +318,75 @@ def _assemble(
         if cache[key] is None:
             return None
         stage_plans.append(cache[key])
+    return _put_together(micro, topology, links, mode, cost_model, limit, m, ranges, stage_plans)
+
+
+def balanced_split(layers: int, p: int) -> tuple[int, ...]:
+    """Layer counts of ``p`` stages as even as possible, the first stages one heavier."""
+    return _splits(layers, p)[0]
+
+
+def stage_ranges(first_layer: int, split: tuple[int, ...]) -> list[tuple[int, int]]:
+    """First and last layer of each stage."""
+    ranges, lo = [], first_layer
+    for n in split:
+        ranges.append((lo, lo + n - 1))
+        lo += n
+    return ranges
+
+
+def in_flight(i: int, p: int, m: int) -> int:
+    """Micro-batches whose activations stage ``i`` of ``p`` holds at once under 1F1B."""
+    return min(p - i, m)
+
+
+def assemble_stages(
+    micro: OpGraph,
+    topology: Topology,
+    links: LinkModel,
+    mode: str,
+    cost_model: str,
+    limit: float,
+    p: int,
+    m: int,
+    split: tuple[int, ...],
+    first_layer: int,
+    stage_plan: Callable[[OpGraph, Topology, int], Plan],
+) -> Plan:
+    """A pipeline whose stage plans come from ``stage_plan(stage_graph, stage_topology,
+    micro-batches in flight)`` (a given configuration, not a search), put together as
+    :func:`search_pipeline` does."""
+    hosts = topology.nodes // p
+    sub = sub_topology(topology, tuple(range(hosts)))
+    sub_links = LinkModel(sub)
+    ranges = stage_ranges(first_layer, split)
+    stage_plans = []
+    for i, (a, b) in enumerate(ranges):
+        sg = stage_graph(micro, a, b, head=i == 0, tail=i == p - 1)
+        plan = stage_plan(sg, sub, in_flight(i, p, m))
+        stage_plans.append(
+            _StagePlan(
+                plan, _sync_seconds(plan, TopologyCost(sub_links)),
+                _sync_seconds(plan, VolumeCost()),
+            )
+        )
+    return _put_together(micro, topology, links, mode, cost_model, limit, m, ranges, stage_plans)
+
+
+def _put_together(
+    micro: OpGraph,
+    topology: Topology,
+    links: LinkModel,
+    mode: str,
+    cost_model: str,
+    limit: float,
+    m: int,
+    ranges: list[tuple[int, int]],
+    stage_plans: list[_StagePlan],
+) -> Plan:
+    """The pipeline of planned stages: sends, the 1F1B step, one merged Plan."""
+    p = len(ranges)
+    hosts = topology.nodes // p
     # boundary sends, per micro-batch, forward and backward
     boundary = _boundary_bytes(micro, ranges)
     stages: list[StageInfo] = []

@@ -233,7 +233,7 @@ def op_input_phases(
             out += [(f"reshard {tname}", scaled(p, times)) for p in fwd]
             if train:
                 back = convert_phases(t.nbytes, grads[0], plain(src), gpus_per_node)
-                out += [(f"grad {tname}", p) for p in back]
+                out += [(f"grad {tname}", scaled(p, k)) for p in back]  # per micro-batch
         elif t.tied:
             owner = next((o for o in graph.consumers.get(t.tied_to, ()) if o != name), None)
             if owner is None:

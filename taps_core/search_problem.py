@@ -374,8 +374,9 @@ def build_problem(
                         fwd, bwd = _reader_matrices(
                             resharder, tensor.nbytes, uniq, rop, pos, strategies[reader], train
                         )
-                        keep = k * fwd + bwd
-                        again = k * 2 * fwd + bwd if same_layer and train else keep
+                        # activations and their gradients move once per micro-batch
+                        keep = k * (fwd + bwd)
+                        again = k * (2 * fwd + bwd) if same_layer and train else keep
                         edge_memo[key] = (keep, again)
                     edges.append(Edge(tnode, reader, *edge_memo[key]))
     edges += _tie_edges(graph, node_of, strategies, resharder, train)

@@ -9,10 +9,10 @@ from :mod:`validation.layout`). Per op, in graph order:
 2. each input that needs a gradient and is replicated over devices that split other letters of
    the op passes an identity whose backward all-reduces over those devices: the engine's
    ``grad <tensor>`` (activations) and ``grad_sync`` (parameters: the data-parallel sync);
-3. the op runs on local shards: ``torch.einsum`` for matmuls (the bias is added by one rank of
-   a split contraction), tanh GELU / residual add, layer norm with an all-reduce of the row
-   statistics when the normalised letter is split, causal attention with softmax, embedding
-   lookup over a vocabulary range, positional add, cross-entropy over a split vocabulary;
+3. the op runs on local shards: ``torch.einsum`` for matmuls (a bias is added after the
+   reduction of a split contraction, on every rank, as Megatron-LM does), tanh GELU /
+   residual add, layer norm with an all-reduce of the row statistics when the normalised
+   letter is split, causal attention with softmax, embedding lookup over a vocabulary range, positional add, cross-entropy over a split vocabulary;
 4. a split contraction leaves a partial sum, all-reduced over its group (backward: identity).
 
 The convention that makes this correct: a tensor replicated over some ranks has, on each of
@@ -269,6 +269,7 @@ class PlanExecutor:
         letters = lay.letters[self.rank]
         contract = lay.contract_group[self.rank]
         terms, out_l = op.input_letters, op.output_letters
+        bias = None
         if op.kind == "matmul":
             y = torch.einsum(f"{terms[0]},{terms[1]}->{out_l}", xs[0], xs[1])
             if len(xs) == 3:
@@ -276,7 +277,7 @@ class PlanExecutor:
                 ordered = "".join(ch for ch in out_l if ch in bl)
                 b = torch.einsum(f"{bl}->{ordered}", xs[2]) if ordered != bl else xs[2]
                 shape = [b.shape[ordered.index(ch)] if ch in bl else 1 for ch in out_l]
-                y = y + b.reshape(shape) * (1.0 if lay.contract_root[self.rank] else 0.0)
+                bias = b.reshape(shape)  # added after the reduction, on every rank
         elif op.kind == "elementwise":
             if len(xs) == 1:
                 y = F.gelu(xs[0], approximate="tanh")
@@ -309,7 +310,7 @@ class PlanExecutor:
             raise UnsupportedPlanError(f"op {op.name}: kind {op.kind}")
         if len(contract) > 1:
             y = Reduce.apply(y, self.comm, contract, (op.name, "fwd"))
-        return y
+        return y if bias is None else y + bias
 
     def _norm(self, op, xs, lay: OpLayout, ReduceBoth):
         import torch

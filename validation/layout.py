@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from taps_core.costs import summed_letters
+
 LEVELS = ("inter", "intra")
 
 Lists = tuple[np.ndarray, ...]  # global indices held, one array per tensor position
@@ -296,7 +298,6 @@ class OpLayout:
     copy_groups: dict[int, list[tuple[int, ...]]] = field(default_factory=dict)  # input pos
     contract_group: list[tuple[int, ...]] = field(default_factory=list)
     stat_group: list[tuple[int, ...]] = field(default_factory=list)
-    contract_root: list[bool] = field(default_factory=list)
     output: TensorState | None = None
 
 
@@ -355,14 +356,12 @@ def plan_op(graph, op, strategy, mesh: MeshCoords, producer_states: dict[str, Te
         t = graph.tensors[tname]
         if not (train and t.requires_grad):
             continue
-        absent = split - set(op.input_letters[pos]) - fixed
+        absent = split & summed_letters(op, pos) - fixed  # the executor reduces in the op
         out.copy_groups[pos] = [group_of(mesh, strategy, r, absent) for r in range(world)]
     contracted = (set(op.contracted) - fixed) & split
     out.contract_group = [group_of(mesh, strategy, r, contracted) for r in range(world)]
     stats = set(op.stat_letters) & split
     out.stat_group = [group_of(mesh, strategy, r, stats) for r in range(world)]
-    out.contract_root = [all(out.letters[r][ch][0] == 0 for ch in contracted)
-                         for r in range(world)]
     _check_partition(op, out, contracted, sizes)
     tensor = graph.tensors[op.output]
     out.output = TensorState([tuple(out.letters[r][ch] for ch in op.output_letters)

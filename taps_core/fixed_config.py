@@ -1,0 +1,329 @@
+"""Price a configuration people run today: Megatron-style TP x PP x DP with its levers.
+
+``plan MODEL --fixed "tp=8,pp=8,dp=24,mbs=1,recompute=full,zero=1,sp=1"`` costs exactly that
+configuration with the same model as every searched plan (same JSON), so a reviewer can set
+the recommendation beside what the team runs. The configuration maps onto the engine's
+strategy space like this, for every pipeline stage on its ``nodes / pp`` hosts:
+
+- tensor parallelism ``tp`` inside a host: column ops split their output features (heads, FFN,
+  padded vocabulary), row ops their contraction (Megatron's column/row pairs), the ops between
+  them (attention, activation, vocabulary-parallel embedding and loss) the same letter;
+- data parallelism over the rest: the batch split ``gpus_per_node / tp`` ways inside a host and
+  over the stage's hosts (``dp`` = their product);
+- sequence parallelism (``sp=1``): norms, residual adds and positions split the sequence ``tp``
+  ways; row ops hand their partial sums on (reduce-scatter) and column ops gather (all-gather);
+- ``mbs`` micro-batch size per data-parallel replica (``batch = dp x mbs x micro-batches``),
+  ``recompute=full`` every layer, ``zero`` the plan-wide ZeRO stage.
+
+A key that does not divide, or is unknown, is refused with one line naming it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+from taps_core.errors import InfeasibleError, InvalidInputError
+from taps_core.graph import OpGraph, OpSpec
+from taps_core.linkmodel import LinkModel
+from taps_core.plan import OpChoice, Plan, SearchInfo, evaluate
+from taps_core.strategies import DEFERRABLE_KINDS, LevelSplit, Strategy
+from taps_core.topology import Topology
+
+FIXED_KEYS = ("tp", "pp", "dp", "mbs", "sp", "recompute", "zero")
+RECOMPUTE = ("none", "full")
+
+
+@dataclass(frozen=True)
+class FixedConfig:
+    """A Megatron-style configuration (see the module docstring); ``dp`` and ``mbs`` None are
+    derived: dp from the GPUs, mbs from the batch (one micro-batch per replica)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int | None = None
+    mbs: int | None = None
+    sp: bool = False
+    recompute: str = "none"
+    zero: int = 0
+
+    def text(self) -> str:
+        """The configuration as ``--fixed`` takes it."""
+        parts = [f"tp={self.tp}", f"pp={self.pp}"]
+        parts += [f"dp={self.dp}"] if self.dp is not None else []
+        parts += [f"mbs={self.mbs}"] if self.mbs is not None else []
+        parts += [f"sp={int(self.sp)}", f"recompute={self.recompute}", f"zero={self.zero}"]
+        return ",".join(parts)
+
+
+def parse_fixed(text: str) -> FixedConfig:
+    """``"tp=8,pp=2,mbs=1,recompute=full,zero=1"`` as a :class:`FixedConfig`.
+
+    >>> parse_fixed("tp=8, pp=2, sp=1").text()
+    'tp=8,pp=2,sp=1,recompute=none,zero=0'
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError("--fixed", text, 'key=value pairs, e.g. "tp=8,pp=2"')
+    values: dict[str, object] = {}
+    for item in text.split(","):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or not key or not value:
+            raise InvalidInputError("--fixed", item.strip(), "a key=value pair, e.g. tp=8")
+        if key not in FIXED_KEYS:
+            raise InvalidInputError("--fixed key", key, f"one of {', '.join(FIXED_KEYS)}")
+        if key in values:
+            raise InvalidInputError(f"--fixed {key}", value, "given once")
+        values[key] = _value(key, value)
+    return FixedConfig(**values)  # type: ignore[arg-type]
+
+
+def _value(key: str, value: str) -> object:
+    if key == "recompute":
+        if value not in RECOMPUTE:
+            raise InvalidInputError("--fixed recompute", value, f"one of {', '.join(RECOMPUTE)}")
+        return value
+    if key == "sp":
+        if value not in ("0", "1", "true", "false"):
+            raise InvalidInputError("--fixed sp", value, "0 or 1")
+        return value in ("1", "true")
+    try:
+        number = int(value)
+    except ValueError:
+        raise InvalidInputError(f"--fixed {key}", value, "an integer") from None
+    if key == "zero" and not 0 <= number <= 3:
+        raise InvalidInputError("--fixed zero", number, "0, 1, 2 or 3")
+    if key != "zero" and number < 1:
+        raise InvalidInputError(f"--fixed {key}", number, "an integer >= 1")
+    return number
+
+
+@dataclass(frozen=True)
+class Layout3D:
+    """A configuration checked against one model and cluster: every size known."""
+
+    tp: int
+    pp: int
+    dp: int
+    dp_intra: int  # batch ways inside a host
+    hosts_per_stage: int
+    micro_batch_size: int  # samples per replica per micro-batch
+    microbatches: int
+    sp: bool
+    recompute: bool
+    zero: int
+
+
+def resolve(config: FixedConfig, graph: OpGraph, topology: Topology, mode: str) -> Layout3D:
+    """Check ``config`` against the model and cluster, naming the key that does not fit."""
+    g, nodes = topology.gpus_per_node, topology.nodes
+    if g % config.tp:
+        raise InvalidInputError(
+            "--fixed tp", config.tp, f"a divisor of the {g} GPUs of a host (TP stays inside a host)"
+        )
+    if nodes % config.pp:
+        raise InvalidInputError("--fixed pp", config.pp, f"a divisor of the {nodes} hosts")
+    layers = graph.num_layers
+    if config.pp > 1 and (mode != "train" or layers < config.pp):
+        raise InvalidInputError(
+            "--fixed pp", config.pp, f"1 here: pipelines are for training a model of >= pp layers "
+            f"(this one: {layers} layers, mode {mode})"
+        )
+    hosts = nodes // config.pp
+    dp_intra = g // config.tp
+    dp = hosts * dp_intra
+    if config.dp is not None and config.dp != dp:
+        raise InvalidInputError(
+            "--fixed dp", config.dp, f"{dp} = {topology.num_gpus} GPUs / (tp {config.tp} x pp "
+            f"{config.pp})"
+        )
+    cfg = graph.meta.get("config")
+    batch = getattr(cfg, "batch_size", None)
+    if batch is None:
+        raise InvalidInputError("model", graph.name, "a model built from a config (with a batch)")
+    if batch % dp:
+        raise InvalidInputError("batch_size", batch, f"a multiple of dp = {dp}")
+    per_replica = batch // dp
+    mbs = per_replica if config.mbs is None else config.mbs
+    if per_replica % mbs:
+        raise InvalidInputError(
+            "--fixed mbs", mbs, f"a divisor of the {per_replica} samples per data-parallel replica"
+        )
+    if mode != "train" and mbs != per_replica:
+        raise InvalidInputError("--fixed mbs", mbs, f"{per_replica} in inference (no accumulation)")
+    if config.recompute != "none" and mode != "train":
+        raise InvalidInputError("--fixed recompute", config.recompute, "none in inference")
+    if mode != "train" and config.zero not in (0, 3):
+        raise InvalidInputError("--fixed zero", config.zero, "0 or 3 in inference")
+    return Layout3D(
+        config.tp, config.pp, dp, dp_intra, hosts, mbs, per_replica // mbs, config.sp,
+        config.recompute == "full", config.zero,
+    )
+
+
+def tensor_letter(graph: OpGraph, op: OpSpec) -> str | None:
+    """The letter tensor parallelism splits on ``op``: a column op's output features, a row
+    op's contraction, and for the ops between them the one such letter they carry."""
+    from taps_core.planner import tp_letter
+
+    own = tp_letter(op)
+    if own is not None or op.tp_role is not None:
+        return own
+    letters = {tp_letter(o) for o in graph.ops} - {None}
+    carried = [ch for ch in op.letters if ch in letters and ch not in op.fixed]
+    if op.kind in ("norm", "elementwise") and "m" in op.letters:
+        return None  # the hidden-sized activations between blocks stay whole (or SP)
+    return carried[0] if len(carried) == 1 else None
+
+
+def _split(op: OpSpec, parts: list[tuple[str, int]]) -> LevelSplit:
+    """A level split in the op's letter order, without factors of 1."""
+    kept = [(ch, f) for ch, f in parts if f > 1]
+    return tuple(sorted(kept, key=lambda cf: op.letters.index(cf[0])))
+
+
+def op_strategy(graph: OpGraph, op: OpSpec, lay: Layout3D) -> Strategy:
+    """The strategy of one op under a checked configuration (see the module docstring)."""
+    sizes = graph.dim_sizes(op)
+    batch = graph.batch_letter
+    data = batch if batch in op.letters else ("c" if "c" in op.letters else None)
+    tensor = tensor_letter(graph, op) if lay.tp > 1 else None
+    seq = lay.sp and lay.tp > 1 and tensor is None and "s" in op.output_letters
+    intra: list[tuple[str, int]] = []
+    if tensor is not None:
+        if sizes[tensor] % lay.tp and tensor not in op.padded:
+            raise InvalidInputError(
+                "--fixed tp", lay.tp, f"a divisor of {op.name}'s {tensor} dim ({sizes[tensor]})"
+            )
+        intra.append((tensor, lay.tp))
+    elif seq:
+        if sizes["s"] % lay.tp:
+            raise InvalidInputError(
+                "--fixed tp", lay.tp, f"a divisor of the sequence ({sizes['s']}) under sp=1"
+            )
+        intra.append(("s", lay.tp))
+    inter: list[tuple[str, int]] = []
+    if data is not None:
+        intra.append((data, lay.dp_intra))
+        inter.append((data, lay.hosts_per_stage))
+        if sizes[data] % (lay.dp_intra * lay.hosts_per_stage):
+            raise InvalidInputError(
+                "--fixed mbs", lay.micro_batch_size,
+                f"a micro-batch whose {data} dim of {op.name} ({sizes[data]}) splits over "
+                f"dp = {lay.dp_intra * lay.hosts_per_stage}",
+            )
+    elif lay.dp_intra * lay.hosts_per_stage > 1:
+        pass  # no sample letter (a weight-only op): every replica repeats it
+    s = Strategy(_split(op, inter), _split(op, intra))
+    contracted = op.contracted - op.fixed
+    partial = s.partial(contracted)
+    hands_on = lay.sp and partial[1] > 1 and partial[0] == 1 and op.kind in DEFERRABLE_KINDS
+    if hands_on and graph.consumers.get(op.output):
+        s = replace(s, defer=True)
+    return s
+
+
+def fixed_choices(graph: OpGraph, lay: Layout3D) -> dict[str, OpChoice]:
+    """Every op's choice (strategy, ZeRO stage, recomputation) under the configuration."""
+    return {
+        op.name: OpChoice(
+            op_strategy(graph, op, lay), lay.zero, lay.recompute and op.layer is not None
+        )
+        for op in graph.ops
+    }
+
+
+def plan_fixed(
+    graph: OpGraph,
+    topology: Topology,
+    config: FixedConfig,
+    *,
+    mode: str = "train",
+    memory_limit_bytes: float | None = None,
+    label: str = "fixed",
+    links: LinkModel | None = None,
+) -> Plan:
+    """The plan of exactly ``config`` (see the module docstring), costed like every plan; its
+    search note names the configuration and whether it fits in memory."""
+    from taps_core.models import build_graph
+
+    start = time.perf_counter()
+    lay = resolve(config, graph, topology, mode)
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    cfg = graph.meta["config"]
+    micro = graph
+    if lay.microbatches > 1:
+        micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // lay.microbatches))
+    info = SearchInfo("fixed", 0.0, 0, "fixed", 0.0, None, f"the configuration {config.text()}")
+    if lay.pp == 1:
+        plan = evaluate(
+            micro, links or LinkModel(topology), mode, fixed_choices(micro, lay), label=label,
+            cost_model="topology", search=info, memory_limit_bytes=limit,
+            microbatches=lay.microbatches,
+        )
+    else:
+        plan = _pipelined(micro, topology, links, mode, limit, lay, info)
+    fits = plan.memory.total <= limit * (1 + 1e-9)
+    note = f"the configuration {config.text()}" + (
+        "" if fits else f"; needs {plan.memory.total / 2**30:.3g} GiB per device, over the "
+        f"{limit / 2**30:.3g} GiB limit"
+    )
+    info = replace(info, time_s=time.perf_counter() - start, note=note)
+    return replace(plan, label=label, search=info)
+
+
+def _pipelined(
+    micro: OpGraph,
+    topology: Topology,
+    links: LinkModel | None,
+    mode: str,
+    limit: float,
+    lay: Layout3D,
+    info: SearchInfo,
+) -> Plan:
+    """The configuration's 1F1B pipeline, stages costed by :func:`taps_core.pipeline`."""
+    from taps_core import pipeline
+
+    span = pipeline.layer_range(micro)
+    if span is None:
+        raise InvalidInputError("--fixed pp", lay.pp, "1 for a model without layers")
+    split = pipeline.balanced_split(span[1] - span[0] + 1, lay.pp)
+
+    def stage_plan(sg: OpGraph, sub: Topology, copies: int) -> Plan:
+        one = replace(lay, hosts_per_stage=sub.nodes)
+        return evaluate(
+            sg, LinkModel(sub), mode, fixed_choices(sg, one), label="stage",
+            cost_model="topology", search=info, memory_limit_bytes=limit,
+            microbatches=lay.microbatches, activation_copies=copies,
+        )
+
+    plan = pipeline.assemble_stages(
+        micro, topology, links or LinkModel(topology), mode, "topology", limit, lay.pp,
+        lay.microbatches, split, span[0], stage_plan,
+    )
+    if plan is None:  # pragma: no cover - fixed stages always produce a plan
+        raise InfeasibleError(f"the configuration pp={lay.pp} could not be laid out")
+    return plan
+
+
+def megatron_configs(topology: Topology, graph: OpGraph, mode: str) -> list[FixedConfig]:
+    """Every Megatron-style configuration of the cluster worth pricing: TP dividing a host's
+    GPUs, PP dividing the hosts, every micro-batch size, with and without SP and recomputation,
+    ZeRO 0-1 (the distributed optimizer)."""
+    g, nodes = topology.gpus_per_node, topology.nodes
+    batch = graph.meta["config"].batch_size
+    out = []
+    for tp in (d for d in range(1, g + 1) if g % d == 0):
+        for pp in (d for d in range(1, nodes + 1) if nodes % d == 0):
+            if pp > 1 and (mode != "train" or graph.num_layers < pp):
+                continue
+            dp = (nodes // pp) * (g // tp)
+            if batch % dp:
+                continue
+            per = batch // dp
+            sizes = [d for d in range(1, per + 1) if per % d == 0] if mode == "train" else [per]
+            for mbs in sizes:
+                for sp in (False, True) if tp > 1 else (False,):
+                    for rc in ("none", "full") if mode == "train" else ("none",):
+                        for zero in (0, 1) if mode == "train" else (0,):
+                            out.append(FixedConfig(tp, pp, dp, mbs, sp, rc, zero))
+    return out
