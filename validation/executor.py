@@ -12,7 +12,8 @@ from :mod:`validation.layout`). Per op, in graph order:
 3. the op runs on local shards: ``torch.einsum`` for matmuls (a bias is added after the
    reduction of a split contraction, on every rank, as Megatron-LM does), tanh GELU /
    residual add, layer norm with an all-reduce of the row statistics when the normalised
-   letter is split, causal attention with softmax, embedding lookup over a vocabulary range, positional add, cross-entropy over a split vocabulary;
+   letter is split, causal attention with softmax, embedding lookup over a vocabulary
+   range, positional add, cross-entropy over a split vocabulary;
 4. a split contraction leaves a partial sum, all-reduced over its group (backward: identity).
 
 The convention that makes this correct: a tensor replicated over some ranks has, on each of
