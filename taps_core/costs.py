@@ -34,12 +34,15 @@ from taps_core.topology import Topology
 
 MODES = ("train", "infer")
 STAT_BYTES = 8  # a norm all-reduces two fp32 statistics per row
+LOSS_STAT_BYTES = 12  # a vocab-split loss all-reduces the max, sum of exp, target logit (fp32)
 ZERO_STAGES = (0, 1, 2, 3)
 
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes per device: parameters, gradients, optimizer state, activations, KV cache.
+    """Bytes per device: parameters, gradients, optimizer state, activations, KV cache, and
+    ``transient`` buffers that live for one layer at a time (the layer ZeRO-3 has gathered,
+    the activations a recomputed layer rematerialises in backward).
 
     In inference ``activations`` is the working set of one layer (charged 1/L per layer).
     """
@@ -49,10 +52,14 @@ class Memory:
     optimizer: float = 0.0
     activations: float = 0.0
     kv_cache: float = 0.0
+    transient: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.parameters + self.gradients + self.optimizer + self.activations + self.kv_cache
+        return (
+            self.parameters + self.gradients + self.optimizer + self.activations + self.kv_cache
+            + self.transient
+        )
 
     def __add__(self, other: Memory) -> Memory:
         return Memory(
@@ -61,6 +68,7 @@ class Memory:
             self.optimizer + other.optimizer,
             self.activations + other.activations,
             self.kv_cache + other.kv_cache,
+            self.transient + other.transient,
         )
 
 
@@ -107,12 +115,19 @@ class OpCost:
 
 @dataclass(frozen=True)
 class OptionCost:
-    """An op with its levers chosen: seconds per step, memory, and every phase of the step."""
+    """An op with its levers chosen: seconds per step, memory, and every phase of the step.
+
+    ``gathered_bytes`` (ZeRO-3: the parameters and gradients of the op held whole while it
+    runs) and ``rematerialized_bytes`` (recomputation: the activations its forward re-creates
+    for backward) are transient: a plan holds those of one layer at a time.
+    """
 
     time_s: float
     compute_s: float
     memory: Memory
     phases: tuple[tuple[str, Phase], ...]
+    gathered_bytes: float = 0.0
+    rematerialized_bytes: float = 0.0
 
 
 def shard(tensor: TensorSpec, letters: str, strategy: Strategy, pad: float = 1.0) -> float:
@@ -221,7 +236,10 @@ def op_cost(
     else:
         if not s.defer:
             q_inter, q_intra = s.partial(op.contracted - op.fixed)
-            fwd += [("fwd", p) for p in all_reduce(q_inter, q_intra, out_local, copies)]
+            reduced = out_local
+            if op.kind == "loss":  # vocab-parallel cross-entropy: 3 fp32 values per token
+                reduced = out_local / out.dtype_bytes * LOSS_STAT_BYTES
+            fwd += [("fwd", p) for p in all_reduce(q_inter, q_intra, reduced, copies)]
         if op.stat_letters:
             stats = _stat_phases(graph, op, s, out_local)
             fwd += [("stats", p) for p in stats]
@@ -234,8 +252,12 @@ def op_cost(
         held = shard(t, letters, s, pads[pos])
         if t.is_param:
             absent = summed_letters(op, pos, s.defer) - op.fixed
+            # split letters neither in the weight nor summed leave its gradient whole and the
+            # same on those GPUs (a row-parallel bias over its TP group): copies of each other
+            same = {ch for ch, _ in s.intra} - set(letters) - absent
+            held_by = copies * math.prod(s.factor(ch, "intra") for ch in same)
             weights.append(
-                WeightShard(tname, held, held / t.dtype_bytes, s.partial(absent), copies, t.tied)
+                WeightShard(tname, held, held / t.dtype_bytes, s.partial(absent), held_by, t.tied)
             )
         elif op.saves_inputs and leader:
             share = held / graph.savers(tname)
@@ -360,4 +382,20 @@ def op_option(
     comm = 0.0
     if seconds is not None:
         comm = sum(seconds(p) for _, p in phases)
-    return OptionCost(compute + comm, compute, memory, tuple(phases))
+    remat = cost.saved_bytes - cost.boundary_bytes if recompute and train else 0.0
+    return OptionCost(
+        compute + comm, compute, memory, tuple(phases), gathered_bytes(cost, mode, zero), remat
+    )
+
+
+def gathered_bytes(cost: OpCost, mode: str, zero: int) -> float:
+    """Bytes ZeRO-3 adds while the op runs: its sharded parameters gathered whole and, in
+    training, their gradient before it is reduce-scattered (0 below stage 3)."""
+    if zero < 3:
+        return 0.0
+    buffers = 2 if mode == "train" else 1
+    return sum(
+        buffers * w.held_bytes * (1 - 1 / w.replicas)
+        for w in cost.weights
+        if not w.tied and w.replicas > 1
+    )

@@ -168,7 +168,8 @@ def tensor_letter(graph: OpGraph, op: OpSpec) -> str | None:
     own = tp_letter(op)
     if own is not None or op.tp_role is not None:
         return own
-    letters = {tp_letter(o) for o in graph.ops} - {None}
+    # column/row letters, and the vocabulary (vocab-parallel even on a stage without the head)
+    letters = ({tp_letter(o) for o in graph.ops} - {None}).union(*(o.padded for o in graph.ops))
     carried = [ch for ch in op.letters if ch in letters and ch not in op.fixed]
     if op.kind in ("norm", "elementwise") and "m" in op.letters:
         return None  # the hidden-sized activations between blocks stay whole (or SP)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from taps_core.collectives import TopologyCost, VolumeCost
+from taps_core.costs import shard
 from taps_core.errors import InfeasibleError, TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
@@ -44,7 +45,7 @@ from taps_core.plan import (
     workload_of,
 )
 from taps_core.search_problem import StrategyFilter
-from taps_core.strategies import SearchSpace
+from taps_core.strategies import SearchSpace, pad_factor
 from taps_core.topology import Topology
 
 MAX_STAGES = 32
@@ -410,9 +411,12 @@ def _put_together(
         flows += _flows(src, dst, topology.gpus_per_node, m * boundary[i])
         flows += _flows(dst, src, topology.gpus_per_node, m * boundary[i])
         p2p_bytes += m * (fwd_b + bwd_b)
+    tied_s, tied_bytes, tied_loads = _tied_exchange(micro, links, stage_plans, hosts)
+    loads += tied_loads
     for i, sp in enumerate(stage_plans):
         own = sp.plan.total_time_s - sp.sync_s
         own_vol = sp.plan.volume_objective_s - sp.volume_sync_s
+        tied_here = tied_s if i in (0, p - 1) else 0.0
         stages.append(
             StageInfo(
                 i,
@@ -421,7 +425,7 @@ def _put_together(
                 hosts * topology.gpus_per_node,
                 sp.plan,
                 own / m + send_s[i],
-                sp.sync_s,
+                sp.sync_s + tied_here,
                 send_s[i],
                 0.0,
                 own_vol / m + send_vol[i],
@@ -438,8 +442,44 @@ def _put_together(
     vol_mb = [st.volume_microbatch_s for st in stages]
     volume_step = (m - 1) * max(vol_mb) + sum(vol_mb) + max(st.volume_sync_s for st in stages)
     info = PipelineInfo(tuple(stages), m, micro.meta["config"].batch_size, step, compute, comm,
-                        bubble, p2p_bytes, "1F1B", volume_step, tuple(flows))
+                        bubble, p2p_bytes, "1F1B", volume_step, tuple(flows), tied_bytes)
     return _merge(micro, topology, links, mode, cost_model, limit, info, loads, stage_plans)
+
+
+def _tied_exchange(
+    micro: OpGraph, links: LinkModel, stage_plans: list[_StagePlan], hosts: int
+) -> tuple[float, float, np.ndarray]:
+    """Seconds, bytes (all GPUs) and link loads of the once-per-step all-reduce of a tied
+    embedding's gradient between the first and the last stage (Megatron's embedding group):
+    GPU j of each holds the same shard, and the pair exchange it both ways at once."""
+    none = (0.0, 0.0, np.zeros(len(links.links)))
+    if len(stage_plans) < 2:
+        return none
+    last = stage_plans[-1].plan
+    head = next(
+        (
+            (op, pos)
+            for op in micro.ops
+            for pos, t in enumerate(op.inputs)
+            if micro.tensors[t].tied and any(o.name == op.name for o in last.ops)
+        ),
+        None,
+    )
+    if head is None:
+        return none
+    op, pos = head
+    strategy = next(o.strategy for o in last.ops if o.name == op.name)
+    held = shard(
+        micro.tensors[op.inputs[pos]], op.input_letters[pos], strategy,
+        pad_factor(micro, op, strategy, op.input_letters[pos]),
+    )
+    p = len(stage_plans)
+    first_hosts = tuple(range(hosts))
+    last_hosts = tuple(range((p - 1) * hosts, p * hosts))
+    gpus = hosts * links.topology.gpus_per_node
+    there_s, there_b, there = send_seconds(links, first_hosts, last_hosts, held * gpus)
+    back_s, back_b, back = send_seconds(links, last_hosts, first_hosts, held * gpus)
+    return max(there_s, back_s), there_b + back_b, there + back
 
 
 def _boundary_bytes(micro: OpGraph, ranges: list[tuple[int, int]]) -> list[float]:
@@ -523,7 +563,7 @@ def _merge(
         intra += st.plan.intra_node_bytes
         inter += st.plan.inter_node_bytes
         volume += st.plan.volume_comm_time_s
-    inter += info.p2p_bytes
+    inter += info.p2p_bytes + info.tied_sync_bytes
     traffic = link_traffic(links, load)
     statuses = {sp.plan.search.status for sp in stage_plans}
     base = stage_plans[0].plan

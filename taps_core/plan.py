@@ -117,6 +117,7 @@ class PipelineInfo:
     schedule: str = "1F1B"
     volume_step_s: float = 0.0  # the step under the volume model (what a volume planner sees)
     p2p_flows: tuple[tuple[int, int, float], ...] = ()  # (src GPU, dst GPU, bytes per step)
+    tied_sync_bytes: float = 0.0  # a tied embedding's gradient, first <-> last stage, per step
 
     @property
     def bubble_fraction(self) -> float:
@@ -279,6 +280,8 @@ def evaluate(
     volume_s = 0.0
     ops: list[OpPlan] = []
     memory = Memory()
+    gathered: dict[int | str, float] = {}  # transient bytes per layer (or op outside them)
+    remat: dict[int | str, float] = {}
     for op in graph.ops:
         c = full[op.name]
         cost = op_cost(graph, op, c.strategy, topology, mode)
@@ -297,6 +300,9 @@ def evaluate(
             level_bytes[p.level] += p.per_rank_bytes * num_gpus
             link_bytes += p.per_rank_bytes * links.pattern(p.level, p.q, p.pattern).loads
         memory += opt.memory
+        unit = op.layer if op.layer is not None else op.name
+        gathered[unit] = gathered.get(unit, 0.0) + opt.gathered_bytes
+        remat[unit] = remat.get(unit, 0.0) + opt.rematerialized_bytes
         ops.append(
             OpPlan(
                 op.name,
@@ -313,6 +319,9 @@ def evaluate(
                 c.recompute,
             )
         )
+    # one layer (or op outside the layers) at a time holds its transient buffers
+    peak = max(gathered.values(), default=0.0) + max(remat.values(), default=0.0)
+    memory += Memory(transient=peak)
     traffic = link_traffic(links, link_bytes)
     cfg = graph.meta.get("config")
     return Plan(

@@ -118,6 +118,7 @@ def pipeline_to_json(plan: Plan) -> dict[str, Any] | None:
         "bubble_time_s": pi.bubble_time_s,
         "bubble_fraction": pi.bubble_fraction,
         "p2p_bytes": pi.p2p_bytes,
+        "tied_sync_bytes": pi.tied_sync_bytes,
         "stages": [
             {
                 "index": st.index,

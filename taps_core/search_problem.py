@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from taps_core.collectives import CommCost, Phase
-from taps_core.costs import OpCost, op_cost, weight_memory, weight_phases, zero_stages
+from taps_core.costs import (
+    OpCost,
+    gathered_bytes,
+    op_cost,
+    weight_memory,
+    weight_phases,
+    zero_stages,
+)
 from taps_core.errors import InfeasibleError
 from taps_core.graph import OpGraph, OpSpec
 from taps_core.reshard import Resharder, plain
@@ -204,6 +211,9 @@ def _op_tables(
 ) -> _OpTables:
     g = topology.gpus_per_node
     costs = [op_cost(graph, op, s, topology, mode, gpus_per_node=g) for s in strats]
+    # transient buffers live one layer at a time: each layer carries 1/L of them (exact for
+    # layers that choose alike); an op outside the layers carries its own
+    share = 1.0 / max(1, graph.num_layers) if op.layer is not None else 1.0
     memo: dict[tuple, tuple[float, float]] = {}
     wt = np.full((len(strats), len(stages)), np.inf)
     wm = np.full((len(strats), len(stages)), np.inf)
@@ -223,7 +233,7 @@ def _op_tables(
                 dt, dm = memo[key]
                 t += dt
                 m += dm
-            wt[i, j], wm[i, j] = t, m
+            wt[i, j], wm[i, j] = t, m + share * gathered_bytes(c, mode, z)
     return _OpTables(
         costs,
         np.array([c.compute_fwd_s for c in costs]),
@@ -319,6 +329,8 @@ def build_problem(
                 passes = (4.0 if rc else 3.0) if train else 1.0
                 base = k * (passes * compute + (2 if rc else 1) * fwd + bwd)
                 act = activation_copies * sum(t.boundary if rc else t.saved for t in tabs)
+                if rc:  # the layer re-created in backward, one at a time (1/L each)
+                    act = act + sum(t.saved - t.boundary for t in tabs) / max(1, graph.num_layers)
                 times[rc] = base[:, None] + wt
                 mems[rc] = (act + fixed)[:, None] + wm
             if not train:
