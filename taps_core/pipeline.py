@@ -34,6 +34,7 @@ from taps_core.costs import shard
 from taps_core.errors import InfeasibleError, TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
+from taps_core.memory_fit import within_limit
 from taps_core.plan import (
     OpPlan,
     PipelineInfo,
@@ -430,6 +431,7 @@ def _put_together(
                 0.0,
                 own_vol / m + send_vol[i],
                 sp.volume_sync_s,
+                tied_here,
             )
         )
     slowest = max(stages, key=lambda st: st.microbatch_s)
@@ -516,18 +518,22 @@ def _plan_stage(
     sub_links = LinkModel(sub)
     comm = TopologyCost(sub_links) if cost_model == "topology" else VolumeCost()
     allow = allow_for(sg, sub) if allow_for is not None else None
-    try:
+
+    def run(search_limit: float) -> Plan:
         problem, sol, info = search_fixed(
-            sg, sub, mode=mode, comm=comm, limit=limit, microbatches=m,
+            sg, sub, mode=mode, comm=comm, limit=search_limit, microbatches=m,
             activation_copies=copies, zero_stages=PIPELINE_ZERO, space=space, allow=allow,
             deadline=deadline,
         )
+        return evaluate(
+            sg, sub_links, mode, choices_of(problem, sol), label="stage", cost_model=cost_model,
+            search=info, memory_limit_bytes=limit, microbatches=m, activation_copies=copies,
+        )
+
+    try:
+        plan = within_limit(run, limit)
     except (InfeasibleError, TapsError):
         return None
-    plan = evaluate(
-        sg, sub_links, mode, choices_of(problem, sol), label="stage", cost_model=cost_model,
-        search=info, memory_limit_bytes=limit, microbatches=m, activation_copies=copies,
-    )
     return _StagePlan(
         plan, _sync_seconds(plan, TopologyCost(sub_links)), _sync_seconds(plan, VolumeCost())
     )

@@ -80,8 +80,9 @@ class StageInfo:
     """One pipeline stage: its layers, hosts, its own plan, and its per-step figures.
 
     ``microbatch_s`` is one micro-batch's forward and backward on this stage including its
-    point-to-point sends (seconds); ``sync_s`` what runs once per step (gradient sync);
-    ``send_bytes`` what the stage sends to its neighbours per step (all GPUs).
+    point-to-point sends (seconds); ``sync_s`` what runs once per step (gradient sync, with
+    ``tied_sync_s`` of it the exchange of a tied embedding's gradient between the first and
+    last stage); ``send_bytes`` what the stage sends to its neighbours per step (all GPUs).
     """
 
     index: int
@@ -95,6 +96,7 @@ class StageInfo:
     send_bytes: float
     volume_microbatch_s: float = 0.0  # the same under the volume model
     volume_sync_s: float = 0.0
+    tied_sync_s: float = 0.0
 
 
 @dataclass(frozen=True)

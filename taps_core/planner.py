@@ -22,11 +22,13 @@ from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.graph import OpGraph, OpSpec
 from taps_core.layered import Assignment
 from taps_core.linkmodel import LinkModel
+from taps_core.memory_fit import within_limit
 from taps_core.plan import OpChoice, Plan, SearchInfo, evaluate
 from taps_core.search_problem import SearchProblem, StrategyFilter, build_problem
 from taps_core.solver.fronts import KnotError, TruncatedError
 from taps_core.strategies import Mesh, SearchSpace, Strategy, op_strategies
 from taps_core.topology import Topology
+from taps_core.units import GiB
 
 COST_MODELS = ("topology", "volume")
 BASELINES = ("taps", "volume", "megatron", "data_parallel")
@@ -35,7 +37,6 @@ PROOF_TOLERANCE = 1e-9  # a plan within this fraction of the dual bound is prove
 FIRST_GAP_FRACTION = 1 / 64  # the first front search keeps points this close to the bound
 DEFAULT_TIME_BUDGET_S = 60.0  # the exact memory-bound search reports its gap past this
 PIPELINE_COMM_SHARE = 0.1  # pipelines are tried when communication is at least this share
-GiB = 2**30
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,35 @@ def _search_flat(
     links: LinkModel | None,
     time_budget_s: float | None,
 ) -> Plan:
-    """The best plan without pipeline stages (see :func:`search`)."""
+    """The best plan without pipeline stages (see :func:`search`), within the memory limit
+    with its transient buffers counted exactly (:func:`within_limit`)."""
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    if not limit > 0:
+        raise InvalidInputError("memory_limit", limit, "> 0")
+
+    def run(search_limit: float) -> Plan:
+        return _search_flat_at(
+            graph, topology, mode=mode, cost_model=cost_model, memory_limit_bytes=search_limit,
+            space=space, allow=allow, label=label, links=links, time_budget_s=time_budget_s,
+        )
+
+    return within_limit(run, limit)
+
+
+def _search_flat_at(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str,
+    cost_model: str,
+    memory_limit_bytes: float | None,
+    space: SearchSpace,
+    allow: StrategyFilter | None,
+    label: str,
+    links: LinkModel | None,
+    time_budget_s: float | None,
+) -> Plan:
+    """One search of :func:`_search_flat` at a given limit."""
     if mode not in MODES:
         raise InvalidInputError("mode", mode, f"one of {MODES}")
     if cost_model not in COST_MODELS:

@@ -1,0 +1,55 @@
+"""Fit a searched plan within the memory limit, its transient buffers counted exactly.
+
+The search charges each layer 1/L of the transient buffers (the layer ZeRO-3 has gathered, the
+activations a recomputed layer re-creates in backward); a plan holds the largest of them. The
+two agree when the layers choose alike, and the search's count is never the larger, so its
+feasible set holds every plan that truly fits: :func:`within_limit` re-searches with a tightened
+limit only when the plan found overflows, and then no longer claims optimality.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from taps_core.errors import InfeasibleError
+from taps_core.plan import Plan
+from taps_core.units import GiB
+
+TRANSIENT_RETRIES = 3  # searches with a tightened limit when transient buffers overflow it
+
+
+def within_limit(run: Callable[[float], Plan], limit: float) -> Plan:
+    """``run(search_limit)`` until its plan fits ``limit`` bytes per device, exactly counted
+    (see the module docstring): the first plan stands when it fits (optimal if its search
+    proved it); otherwise the limit shrinks by the overflow and the plan is "feasible",
+    above the first search's bound. Raises InfeasibleError when no retry fits."""
+    plan = first = run(limit)
+    search_limit = limit
+    for _ in range(TRANSIENT_RETRIES):
+        over = plan.memory.total - limit
+        if over <= limit * 1e-9:
+            break
+        search_limit -= over
+        if search_limit <= 0:
+            break
+        plan = run(search_limit)
+    over = plan.memory.total - limit
+    if over > limit * 1e-9:
+        raise InfeasibleError(
+            f"memory: the best plan needs {plan.memory.total / GiB:.3g} GiB per device with "
+            f"its transient buffers, over the {limit / GiB:.3g} GiB limit; use more GPUs or a "
+            "smaller batch"
+        )
+    if plan is first:
+        return plan
+    bound = first.search.lower_bound_s
+    lower = min(first.total_time_s if bound is None else bound, plan.total_time_s)
+    note = (plan.search.note + "; " if plan.search.note else "") + (
+        "limit tightened for the largest transient buffer"
+    )
+    return replace(
+        plan,
+        memory_limit_bytes=limit,
+        search=replace(plan.search, status="feasible", lower_bound_s=lower, note=note),
+    )
