@@ -79,7 +79,7 @@ def cases() -> list[Case]:
                 "(1/2 + 1/2 x 1/8) x S + (1/2 x 1/8 + 7/8) x S, S = 6h*2",
                 (0.5 + 0.5 / 8) * whole + (0.5 / 8 + 7 / 8) * whole),
         )),
-        Case("tp=8,pp=2,mbs=2,recompute=full", "TP 8 x PP 2, 16 micro-batches of 2, full recomputation", (
+        Case("tp=8,pp=2,mbs=2,recompute=full", "TP 8 x PP 2, 16 micro-batches of 2, recomputed", (
             Row("TP all-reduce per micro-batch: 2 fwd, 2 fwd again (recomputed), 2 bwd",
                 "16 x 6 x 2*7/8 x 2*2048*12288*2", 16 * 6 * _ar(8) * act(2)),
         )),
