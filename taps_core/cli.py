@@ -17,6 +17,7 @@ from typing import Any
 from taps_core import strict_json
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
 from taps_core.export import add_export_parser, run_export
+from taps_core.fixed_config import parse_fixed, plan_fixed
 from taps_core.graph import OpGraph
 from taps_core.limits import check
 from taps_core.models import build_graph, load_model_config, sample_names
@@ -81,6 +82,12 @@ def _parser() -> argparse.ArgumentParser:
                 default="auto",
                 help="pipeline stages across hosts: auto tries them in training when the plan "
                 "without stages is memory-bound or communication-heavy",
+            )
+            q.add_argument(
+                "--fixed",
+                metavar="SPEC",
+                help='price exactly this Megatron-style configuration instead of searching, '
+                'e.g. "tp=8,pp=8,dp=24,mbs=1,recompute=full,zero=1,sp=1"',
             )
         q.add_argument("--json", metavar="PATH|-", help="write the JSON report ('-' = stdout)")
     s = sub.add_parser(
@@ -221,16 +228,22 @@ def run(argv: list[str]) -> int:
     elif args.command == "topologies":
         _topologies()
     elif args.command == "plan":
+        fixed = parse_fixed(args.fixed) if args.fixed is not None else None
         graph, topo = _workload(args)
-        plan = search(
-            graph,
-            topo,
-            mode=args.mode,
-            cost_model=args.cost_model,
-            memory_limit_bytes=_limit(args),
-            time_budget_s=_budget(args),
-            pipeline={"auto": None, "on": True, "off": False}[args.pipeline],
-        )
+        if fixed is not None:
+            plan = plan_fixed(
+                graph, topo, fixed, mode=args.mode, memory_limit_bytes=_limit(args)
+            )
+        else:
+            plan = search(
+                graph,
+                topo,
+                mode=args.mode,
+                cost_model=args.cost_model,
+                memory_limit_bytes=_limit(args),
+                time_budget_s=_budget(args),
+                pipeline={"auto": None, "on": True, "off": False}[args.pipeline],
+            )
         if not _emit(plan_to_json(plan), args.json):
             print(plan_table(plan))
     elif args.command == "compare":

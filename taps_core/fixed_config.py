@@ -254,7 +254,7 @@ def plan_fixed(
     micro = graph
     if lay.microbatches > 1:
         micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // lay.microbatches))
-    info = SearchInfo("fixed", 0.0, 0, "fixed", 0.0, None, f"the configuration {config.text()}")
+    info = SearchInfo("fixed", 0.0, 0, "fixed", 0.0, None, config.text())
     if lay.pp == 1:
         plan = evaluate(
             micro, links or LinkModel(topology), mode, fixed_choices(micro, lay), label=label,
@@ -264,7 +264,7 @@ def plan_fixed(
     else:
         plan = _pipelined(micro, topology, links, mode, limit, lay, info)
     fits = plan.memory.total <= limit * (1 + 1e-9)
-    note = f"the configuration {config.text()}" + (
+    note = config.text() + (
         "" if fits else f"; needs {plan.memory.total / 2**30:.3g} GiB per device, over the "
         f"{limit / 2**30:.3g} GiB limit"
     )

@@ -251,18 +251,25 @@ def fmt_bytes(b: float) -> str:
 
 def plan_table(plan: Plan, *, max_ops: int = 40) -> str:
     """Compact human-readable table of a plan."""
+    fixed = plan.search.algorithm == "fixed"
+    how = "a given configuration" if fixed else f"searched with the {plan.cost_model} cost model"
+    search_line = (
+        f"  configuration: {plan.search.note} (priced in {fmt_seconds(plan.search.time_s)}, "
+        "not searched)"
+        if fixed
+        else f"  search: {plan.search.algorithm}, {fmt_seconds(plan.search.time_s)}, "
+        f"{plan.search.num_strategies} strategies, {plan.search.status}"
+    )
     lines = [
         f"{plan.label}: {plan.model_name} ({plan.parameters / 1e9:.3g}B params) on "
-        f"{plan.topology_name} ({plan.nodes}x{plan.gpus_per_node} GPUs), {plan.mode}, "
-        f"searched with the {plan.cost_model} cost model",
+        f"{plan.topology_name} ({plan.nodes}x{plan.gpus_per_node} GPUs), {plan.mode}, {how}",
         f"  step time {fmt_seconds(plan.total_time_s)} = compute {fmt_seconds(plan.compute_time_s)}"
         f" + communication {fmt_seconds(plan.comm_time_s)}"
         + (f" + pipeline bubble {fmt_seconds(plan.bubble_time_s)}" if plan.pipeline else ""),
         f"  bytes sent: intra-node {fmt_bytes(plan.intra_node_bytes)}, inter-node "
         f"{fmt_bytes(plan.inter_node_bytes)}; memory/device {plan.memory.total / 2**30:.1f} GiB "
         f"of {plan.memory_limit_bytes / 2**30:.0f} GiB",
-        f"  search: {plan.search.algorithm}, {fmt_seconds(plan.search.time_s)}, "
-        f"{plan.search.num_strategies} strategies, {plan.search.status}",
+        search_line,
         f"  plan: {describe(plan)}",
         "",
         f"  {'op':<22} {'kind':<12} {'strategy':<38} {'levers':<9} {'compute':>10} "

@@ -184,3 +184,38 @@ def test_module_entry_point_runs():
         timeout=120,
     )
     assert res.returncode == 2 and res.stderr.startswith("error: model")
+
+
+def test_plan_fixed_prices_a_given_configuration(capsys):
+    """--fixed costs exactly the configuration, in the same JSON as a searched plan."""
+    args = ["plan", "gpt2", "--topology", "dgx-a100:2", "--batch", "16"]
+    code, out, _ = _run([*args, "--fixed", "tp=4,pp=2,mbs=2,zero=1,sp=1", "--json", "-"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) >= PLAN_KEYS
+    assert data["search"]["algorithm"] == "fixed" and data["search"]["status"] == "fixed"
+    assert data["pipeline"]["microbatches"] == 16 // (2 * 2)  # dp = 1 host x 8/4 GPUs, mbs 2
+    assert len(data["pipeline"]["stages"]) == 2
+    assert {op["zero_stage"] for op in data["ops"]} <= {0, 1}
+    q = next(op for op in data["ops"] if op["name"] == "L0.attn.q")
+    assert q["strategy"]["intra"] == {"n": 4, "b": 2}
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("tp=16", "--fixed tp must be a divisor of the 8 GPUs of a host"),
+        ("tp=8,pp=3", "--fixed pp must be a divisor of the 2 hosts"),
+        ("tp=8,dp=4", "--fixed dp must be 2"),
+        ("tq=2", "--fixed key must be one of tp, pp"),
+        ("zero=5", "--fixed zero must be 0, 1, 2 or 3"),
+        ("tp=8,mbs=3", "--fixed mbs must be a divisor of the 8 samples"),
+        ("tp=8,,pp=2", "--fixed must be a key=value pair"),
+    ],
+)
+def test_plan_fixed_bad_input_names_the_key(capsys, spec, words):
+    code, out, err = _run(
+        ["plan", "gpt2", "--topology", "dgx-a100:2", "--batch", "16", "--fixed", spec], capsys
+    )
+    assert code == 2 and out == ""
+    assert words in err and len(err.strip().splitlines()) == 1, err
