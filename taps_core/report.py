@@ -54,6 +54,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "optimizer": plan.memory.optimizer,
                 "activations": plan.memory.activations,
                 "kv_cache": plan.memory.kv_cache,
+                "transient": plan.memory.transient,
             },
             "volume_comm_time_s": plan.volume_comm_time_s,
             "bubble_time_s": plan.bubble_time_s,
