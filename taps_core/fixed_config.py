@@ -212,8 +212,6 @@ def op_strategy(graph: OpGraph, op: OpSpec, lay: Layout3D) -> Strategy:
                 f"a micro-batch whose {data} dim of {op.name} ({sizes[data]}) splits over "
                 f"dp = {lay.dp_intra * lay.hosts_per_stage}",
             )
-    elif lay.dp_intra * lay.hosts_per_stage > 1:
-        pass  # no sample letter (a weight-only op): every replica repeats it
     s = Strategy(_split(op, inter), _split(op, intra))
     contracted = op.contracted - op.fixed
     partial = s.partial(contracted)
@@ -304,27 +302,3 @@ def _pipelined(
     if plan is None:  # pragma: no cover - fixed stages always produce a plan
         raise InfeasibleError(f"the configuration pp={lay.pp} could not be laid out")
     return plan
-
-
-def megatron_configs(topology: Topology, graph: OpGraph, mode: str) -> list[FixedConfig]:
-    """Every Megatron-style configuration of the cluster worth pricing: TP dividing a host's
-    GPUs, PP dividing the hosts, every micro-batch size, with and without SP and recomputation,
-    ZeRO 0-1 (the distributed optimizer)."""
-    g, nodes = topology.gpus_per_node, topology.nodes
-    batch = graph.meta["config"].batch_size
-    out = []
-    for tp in (d for d in range(1, g + 1) if g % d == 0):
-        for pp in (d for d in range(1, nodes + 1) if nodes % d == 0):
-            if pp > 1 and (mode != "train" or graph.num_layers < pp):
-                continue
-            dp = (nodes // pp) * (g // tp)
-            if batch % dp:
-                continue
-            per = batch // dp
-            sizes = [d for d in range(1, per + 1) if per % d == 0] if mode == "train" else [per]
-            for mbs in sizes:
-                for sp in (False, True) if tp > 1 else (False,):
-                    for rc in ("none", "full") if mode == "train" else ("none",):
-                        for zero in (0, 1) if mode == "train" else (0,):
-                            out.append(FixedConfig(tp, pp, dp, mbs, sp, rc, zero))
-    return out

@@ -191,10 +191,9 @@ def layer(model: Transformer, cfg: Config, name: str = "L") -> Ledger:
             per = gather_or_scatter(t, act)
             for col in ("attn.q", "mlp.up"):  # forward gather (again when recomputed), bwd RS
                 book.add(f"{name}.{col}", "activation", "intra", g * per * (fwd_times + cfg.m))
-            for row, reader in (("attn.o", "add1"), ("mlp.down", "add2")):
-                # the row op hands its partial sums on: its reader reduce-scatters them
+            for reader in ("add1", "add2"):
+                # attn.o and mlp.down hand their partial sums on: their readers reduce-scatter
                 book.add(f"{name}.{reader}", "activation", "intra", g * per * (fwd_times + cfg.m))
-                del row
         else:
             per = all_reduce(t, act)
             for col in ("attn.q", "mlp.up"):  # backward all-reduce of the shared input's grad
