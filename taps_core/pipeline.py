@@ -435,17 +435,45 @@ def _put_together(
             )
         )
     slowest = max(stages, key=lambda st: st.microbatch_s)
-    busy = (m - 1) * slowest.microbatch_s + sum(st.microbatch_s for st in stages)
-    sync = max(st.sync_s for st in stages)
-    step = busy + sync
+    busy = one_f_one_b_busy([st.microbatch_s for st in stages], m)
+    step = busy + max(st.sync_s for st in stages)
     compute = slowest.plan.compute_time_s
     comm = step - compute - (busy - m * slowest.microbatch_s)
     bubble = step - compute - comm
     vol_mb = [st.volume_microbatch_s for st in stages]
-    volume_step = (m - 1) * max(vol_mb) + sum(vol_mb) + max(st.volume_sync_s for st in stages)
+    volume_step = one_f_one_b_busy(vol_mb, m) + max(st.volume_sync_s for st in stages)
     info = PipelineInfo(tuple(stages), m, micro.meta["config"].batch_size, step, compute, comm,
                         bubble, p2p_bytes, "1F1B", volume_step, tuple(flows), tied_bytes)
     return _merge(micro, topology, links, mode, cost_model, limit, info, loads, stage_plans)
+
+
+def one_f_one_b_busy(microbatch_s: list[float], m: int) -> float:
+    """Seconds from the first forward to the last backward of ``m`` micro-batches under 1F1B,
+    given each stage's seconds per micro-batch (forward plus backward plus its sends): the
+    slowest stage paces ``m - 1`` of them and every stage is crossed once."""
+    return (m - 1) * max(microbatch_s) + sum(microbatch_s)
+
+
+def tied_shard_bytes(micro: OpGraph, last: Plan) -> float | None:
+    """Bytes per GPU of the tied embedding shard the last stage's head holds (the shard the
+    first and the last stage exchange each step), or None without a tied head there."""
+    head = next(
+        (
+            (op, pos)
+            for op in micro.ops
+            for pos, t in enumerate(op.inputs)
+            if micro.tensors[t].tied and any(o.name == op.name for o in last.ops)
+        ),
+        None,
+    )
+    if head is None:
+        return None
+    op, pos = head
+    strategy = next(o.strategy for o in last.ops if o.name == op.name)
+    return float(shard(
+        micro.tensors[op.inputs[pos]], op.input_letters[pos], strategy,
+        pad_factor(micro, op, strategy, op.input_letters[pos]),
+    ))
 
 
 def _tied_exchange(
@@ -457,24 +485,9 @@ def _tied_exchange(
     none = (0.0, 0.0, np.zeros(len(links.links)))
     if len(stage_plans) < 2:
         return none
-    last = stage_plans[-1].plan
-    head = next(
-        (
-            (op, pos)
-            for op in micro.ops
-            for pos, t in enumerate(op.inputs)
-            if micro.tensors[t].tied and any(o.name == op.name for o in last.ops)
-        ),
-        None,
-    )
-    if head is None:
+    held = tied_shard_bytes(micro, stage_plans[-1].plan)
+    if held is None:
         return none
-    op, pos = head
-    strategy = next(o.strategy for o in last.ops if o.name == op.name)
-    held = shard(
-        micro.tensors[op.inputs[pos]], op.input_letters[pos], strategy,
-        pad_factor(micro, op, strategy, op.input_letters[pos]),
-    )
     p = len(stage_plans)
     first_hosts = tuple(range(hosts))
     last_hosts = tuple(range((p - 1) * hosts, p * hosts))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from taps_core.collectives import Phase, TopologyCost, VolumeCost
-from taps_core.costs import Memory, op_cost, op_option, scaled
+from taps_core.costs import Memory, OpCost, op_cost, op_option, scaled
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
 from taps_core.reshard import convert_phases, plain
@@ -265,11 +265,15 @@ def evaluate(
     memory_limit_bytes: float,
     microbatches: int = 1,
     activation_copies: int = 1,
+    op_costs: dict[tuple[str, Strategy], OpCost] | None = None,
+    per_link: bool = True,
 ) -> Plan:
     """Cost ``choice`` on the topology of ``links`` (see the module docstring).
 
     ``choice`` maps every op to a :class:`OpChoice` (a bare Strategy means ZeRO 0, no
-    recomputation).
+    recomputation). ``op_costs`` keeps each op's cost under a strategy for later calls on
+    the same graph and topology (a caller pricing many choices of one graph); without
+    ``per_link`` the plan lists no link loads (a caller that needs only its time and memory).
     """
     topology = links.topology
     comm = TopologyCost(links)
@@ -286,7 +290,12 @@ def evaluate(
     remat: dict[int | str, float] = {}
     for op in graph.ops:
         c = full[op.name]
-        cost = op_cost(graph, op, c.strategy, topology, mode)
+        key = (op.name, c.strategy)
+        cost = None if op_costs is None else op_costs.get(key)
+        if cost is None:
+            cost = op_cost(graph, op, c.strategy, topology, mode)
+            if op_costs is not None:
+                op_costs[key] = cost
         opt = op_option(
             cost, mode, zero=c.zero, recompute=c.recompute, microbatches=microbatches,
             activation_copies=activation_copies,
@@ -300,7 +309,8 @@ def evaluate(
             volume_s += volume.seconds(p)
             sent += p.per_rank_bytes * num_gpus
             level_bytes[p.level] += p.per_rank_bytes * num_gpus
-            link_bytes += p.per_rank_bytes * links.pattern(p.level, p.q, p.pattern).loads
+            if per_link:
+                link_bytes += p.per_rank_bytes * links.pattern(p.level, p.q, p.pattern).loads
         memory += opt.memory
         unit = op.layer if op.layer is not None else op.name
         gathered[unit] = gathered.get(unit, 0.0) + opt.gathered_bytes
@@ -324,7 +334,7 @@ def evaluate(
     # one layer (or op outside the layers) at a time holds its transient buffers
     peak = max(gathered.values(), default=0.0) + max(remat.values(), default=0.0)
     memory += Memory(transient=peak)
-    traffic = link_traffic(links, link_bytes)
+    traffic = link_traffic(links, link_bytes) if per_link else ()
     cfg = graph.meta.get("config")
     return Plan(
         label=label,
@@ -351,11 +361,14 @@ def evaluate(
 
 def link_traffic(links: LinkModel, link_bytes: np.ndarray) -> tuple[LinkTraffic, ...]:
     """Every directed link that carries bytes (per step), with its busy time at its capacity."""
-    return tuple(
-        LinkTraffic(u, v, link.kind, link.bandwidth_Bps, float(b), float(b / links.capacity_Bps[i]))
-        for i, ((u, v, link), b) in enumerate(zip(links.links, link_bytes))
-        if b > 0
-    )
+    out = []
+    for i in np.flatnonzero(link_bytes > 0):
+        u, v, link = links.links[i]
+        b = float(link_bytes[i])
+        out.append(
+            LinkTraffic(u, v, link.kind, link.bandwidth_Bps, b, float(b / links.capacity_Bps[i]))
+        )
+    return tuple(out)
 
 
 def workload_of(graph: OpGraph, microbatches: int = 1) -> dict[str, object]:

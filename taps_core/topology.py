@@ -66,6 +66,7 @@ class Topology:
     efficiency: tuple[tuple[str, float], ...] = tuple(DEFAULT_EFFICIENCY.items())
     compute_efficiency: float = 0.5
     gpus: tuple[str, ...] = field(init=False)
+    host_count: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         gpus = sorted(
@@ -74,11 +75,12 @@ class Topology:
         )
         # stable sort keeps the file's order of GPUs within a host: that order is the local rank
         object.__setattr__(self, "gpus", tuple(d.name for d in gpus))
+        object.__setattr__(self, "host_count", len({d.host for d in gpus}))
 
     @property
     def nodes(self) -> int:
         """Number of hosts."""
-        return len({d.host for d in self.devices if d.kind == "gpu"})
+        return self.host_count
 
     @property
     def gpus_per_node(self) -> int:

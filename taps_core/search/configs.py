@@ -1,0 +1,427 @@
+"""Every configuration a framework accepts, priced exactly, and the fastest that fits.
+
+A *space* is what one framework can run (:data:`SPACES`):
+
+- ``megatron``: TP dividing the GPUs of a host (and every split dim, e.g. the heads), PP
+  dividing the hosts with at most one stage per layer (balanced layer split), DP over the
+  rest, every micro-batch size dividing a replica's share of the batch, sequence parallelism
+  (with TP), full recomputation or none, and the distributed optimizer (ZeRO 0 or 1);
+- ``deepspeed``: ZeRO-DP, DeepSpeed's own engine: data parallelism over every GPU, ZeRO 0 to
+  3, every micro-batch size, activation checkpointing or none.
+
+Inference keeps one micro-batch, no pipeline and ZeRO 0 or 3 (the sharded weights gathered
+as they are used).
+
+Each configuration is priced by :func:`taps_core.plan.evaluate`, the same model that prices
+every plan, without building the whole model: a stage's ops cost the sum of their own costs
+and a model's layers are identical, so a stage of ``n`` layers costs ``T(1) + (n - 1) x (T(2)
+- T(1))`` for the stage built with one and with two layers (its time, its gradient sync and
+each part of its memory; the transient buffers are a maximum over identical layers, the same
+for any ``n``). Activations scale with the micro-batches a stage holds at once (1F1B), sends
+with their bytes; the 1F1B step is :func:`taps_core.pipeline.one_f_one_b_busy`. The test
+suite checks the result against :func:`taps_core.fixed_config.plan_fixed` on the whole model.
+Models whose layers differ are priced whole, one configuration at a time.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+from taps_core.collectives import TopologyCost
+from taps_core.costs import Memory, OpCost
+from taps_core.errors import InfeasibleError, InvalidInputError
+from taps_core.fixed_config import FixedConfig, Layout3D, fixed_choices, plan_fixed, resolve
+from taps_core.graph import MEMORY_BOUND_KINDS, OpGraph
+from taps_core.linkmodel import LinkModel
+from taps_core.models import build_graph
+from taps_core.pipeline import (
+    balanced_split,
+    in_flight,
+    layer_range,
+    one_f_one_b_busy,
+    stage_graph,
+    sub_topology,
+    tied_shard_bytes,
+)
+from taps_core.plan import Plan, SearchInfo, evaluate
+from taps_core.strategies import Strategy
+from taps_core.topology import Topology
+
+SPACES = ("megatron", "deepspeed")
+FIT_TOLERANCE = 1e-9  # a configuration fits when its memory is within this fraction of the limit
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One configuration's step (seconds) and peak memory per device (bytes)."""
+
+    config: FixedConfig
+    step_s: float
+    memory_bytes: float
+
+
+@dataclass(frozen=True)
+class ConfigSearch:
+    """The fastest configuration of a space that fits, as a plan, and what was priced."""
+
+    space: str
+    plan: Plan | None  # None: no configuration fits
+    best: Priced | None
+    priced: tuple[Priced, ...]  # the configurations priced, fastest first
+    fitting: int  # how many of them fit in memory
+    candidates: int  # configurations of the space that divide; the rest were bounded out
+    time_s: float
+
+
+def space_has_zero1(space: str) -> bool:
+    """Whether the space offers ZeRO-1 in training (both do: the distributed optimizer)."""
+    return space in SPACES
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n`` in increasing order."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def configurations(graph: OpGraph, topology: Topology, mode: str, space: str) -> list[FixedConfig]:
+    """Every configuration of ``space`` on this cluster whose sizes divide (the model's own dims
+    are checked when it is priced)."""
+    if space not in SPACES:
+        raise InvalidInputError("space", space, f"one of {SPACES}")
+    cfg = graph.meta.get("config")
+    batch = getattr(cfg, "batch_size", None)
+    if batch is None:
+        raise InvalidInputError("model", graph.name, "a model built from a config (with a batch)")
+    g, nodes, layers = topology.gpus_per_node, topology.nodes, graph.num_layers
+    train = mode == "train"
+    if space == "deepspeed":
+        tps, pps, sps, zeros = [1], [1], [False], [0, 1, 2, 3] if train else [0, 3]
+    else:
+        tps = divisors(g)
+        pps = [p for p in divisors(nodes) if p <= max(1, layers)] if train else [1]
+        sps, zeros = [False, True], [0, 1] if train else [0, 3]
+    recomputes = ["none", "full"] if train else ["none"]
+    out = []
+    for tp in tps:
+        for pp in pps:
+            dp = nodes // pp * (g // tp)
+            if batch % dp:
+                continue
+            per_replica = batch // dp
+            for mbs in divisors(per_replica) if train else [per_replica]:
+                for sp in sps if tp > 1 else [False]:
+                    for rc in recomputes:
+                        for zero in zeros:
+                            out.append(FixedConfig(tp, pp, dp, mbs, sp, rc, zero))
+    return out
+
+
+@dataclass(frozen=True)
+class _Figures:
+    """A stage's step time and gradient sync (seconds) and its memory (bytes per device), with
+    its activations for one micro-batch in flight."""
+
+    time_s: float
+    sync_s: float
+    memory: Memory
+
+
+def _extrapolated(one: _Figures, two: _Figures, n: int) -> _Figures:
+    """The figures of ``n`` identical layers from those of one and two (see the module
+    docstring): every sum grows by one layer's share per layer, the transient maximum stays."""
+    a, b = one.memory, two.memory
+
+    def grow(x: float, y: float) -> float:
+        return x + (n - 1) * (y - x)
+
+    memory = Memory(
+        grow(a.parameters, b.parameters), grow(a.gradients, b.gradients),
+        grow(a.optimizer, b.optimizer), grow(a.activations, b.activations),
+        grow(a.kv_cache, b.kv_cache), max(a.transient, b.transient),
+    )
+    return _Figures(grow(one.time_s, two.time_s), grow(one.sync_s, two.sync_s), memory)
+
+
+def _plus(base: _Figures, minus: _Figures, plus: _Figures) -> _Figures:
+    """``base - minus + plus``: a stage's figures with one more layer."""
+    a, b, c = base.memory, minus.memory, plus.memory
+
+    def add(x: float, y: float, z: float) -> float:
+        return x - y + z
+
+    memory = Memory(
+        add(a.parameters, b.parameters, c.parameters), add(a.gradients, b.gradients, c.gradients),
+        add(a.optimizer, b.optimizer, c.optimizer),
+        add(a.activations, b.activations, c.activations),
+        add(a.kv_cache, b.kv_cache, c.kv_cache), max(a.transient, c.transient),
+    )
+    return _Figures(
+        add(base.time_s, minus.time_s, plus.time_s), add(base.sync_s, minus.sync_s, plus.sync_s),
+        memory,
+    )
+
+
+def _sync_s(plan: Plan, comm: TopologyCost) -> float:
+    """Seconds of the plan's once-per-step weight phases (as the pipeline counts them)."""
+    return sum(
+        comm.seconds(p)
+        for op in plan.ops
+        for lbl, p in op.phases
+        if lbl.startswith(("grad_sync", "zero gather"))
+    )
+
+
+def uniform_layers(graph: OpGraph) -> bool:
+    """Whether every layer has the same ops (kinds, einsums and dims) in the same order."""
+    sigs: dict[int, list[tuple[object, ...]]] = {}
+    for op in graph.ops:
+        if op.layer is not None:
+            dims = tuple(sorted(graph.dim_sizes(op).items()))
+            sigs.setdefault(op.layer, []).append((op.kind, op.einsum, dims, op.tp_role))
+    return len({tuple(s) for s in sigs.values()}) <= 1
+
+
+class _Pricer:
+    """Prices configurations of one model on one cluster, keeping the small graphs, link models
+    and stage figures it has built (local to one search)."""
+
+    def __init__(self, graph: OpGraph, topology: Topology, mode: str, links: LinkModel) -> None:
+        self.graph, self.topology, self.mode, self.links = graph, topology, mode, links
+        self.cfg = graph.meta["config"]
+        self.layers = graph.num_layers
+        self._graphs: dict[tuple[int, int], OpGraph] = {}
+        self._links: dict[int, LinkModel] = {}
+        self._stages: dict[tuple[object, ...], tuple[_Figures, Plan]] = {}
+        self._sends: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, float]] = {}
+        self._op_costs: dict[tuple[object, ...], dict[tuple[str, Strategy], OpCost]] = {}
+
+    def micro(self, samples: int, layers: int) -> OpGraph:
+        """The model with ``layers`` layers at a micro-batch of ``samples``."""
+        key = (samples, layers)
+        if key not in self._graphs:
+            cfg = replace(self.cfg, num_hidden_layers=layers)
+            self._graphs[key] = build_graph(cfg.with_workload(batch_size=samples))
+        return self._graphs[key]
+
+    def stage_links(self, hosts: int) -> LinkModel:
+        """The link model a stage on ``hosts`` hosts is priced on (the first hosts)."""
+        if hosts == self.topology.nodes:
+            return self.links
+        if hosts not in self._links:
+            self._links[hosts] = LinkModel(sub_topology(self.topology, tuple(range(hosts))))
+        return self._links[hosts]
+
+    def stage(self, lay: Layout3D, head: bool, tail: bool, layers: int) -> tuple[_Figures, Plan]:
+        """Figures of a stage of ``layers`` layers (one micro-batch in flight) and the plan of
+        its one-layer version."""
+        key = (lay, head, tail, layers)
+        if key not in self._stages:
+            links = self.stage_links(lay.hosts_per_stage)
+            micro = self.micro(lay.micro_batch_size * lay.dp, layers)
+            sg = micro if head and tail else stage_graph(
+                micro, 0, layers - 1, head=head, tail=tail
+            )
+            info = SearchInfo("fixed", 0.0, 0, "fixed", 0.0, None, "")
+            costs = self._op_costs.setdefault(
+                (lay.micro_batch_size * lay.dp, layers, head, tail, lay.hosts_per_stage), {}
+            )
+            plan = evaluate(
+                sg, links, self.mode, fixed_choices(sg, lay), label="stage",
+                cost_model="topology", search=info, memory_limit_bytes=math.inf,
+                microbatches=lay.microbatches, op_costs=costs, per_link=False,
+            )
+            self._stages[key] = (
+                _Figures(plan.total_time_s, _sync_s(plan, TopologyCost(links)), plan.memory),
+                plan,
+            )
+        return self._stages[key]
+
+    def figures(self, lay: Layout3D, head: bool, tail: bool, n: int) -> _Figures:
+        """A stage of ``n`` layers: its one-layer version plus ``n - 1`` times what a second
+        layer adds, measured on the stage without head and tail (the same layer for every
+        stage: it reads a layer and is read by the stage's end)."""
+        one = self.stage(lay, head, tail, 1)[0]
+        if n == 1:
+            return one
+        if head and tail:  # no pipeline: the model itself
+            return _extrapolated(one, self.stage(lay, True, True, 2)[0], n)
+        bare = self.stage(lay, False, False, 1)[0]
+        two = self.stage(lay, False, False, 2)[0]
+        return _extrapolated(one, _plus(one, bare, two), n)
+
+    def compute_floor_s(self, lay: Layout3D) -> float:
+        """A lower bound on the configuration's step (seconds): every pass of every FLOP at the
+        GPUs' peak x efficiency, spread over all GPUs, stretched by the 1F1B bubble
+        ``(m + p - 1) / m`` (memory-bound ops and communication only add to it)."""
+        samples = lay.micro_batch_size * lay.dp
+        one, two = (self.flops(samples, k) for k in (1, 2))
+        work = lay.microbatches * (one + (self.layers - 1) * (two - one))
+        passes = (4.0 if lay.recompute else 3.0) if self.mode == "train" else 1.0
+        gpu = self.topology.gpu
+        rate = gpu.peak_flops * self.topology.compute_efficiency * self.topology.num_gpus
+        bubble = (lay.microbatches + lay.pp - 1) / lay.microbatches
+        return bubble * passes * work / rate
+
+    def flops(self, samples: int, layers: int) -> float:
+        """Forward FLOPs of the compute-bound ops of one micro-batch of the model with
+        ``layers`` layers."""
+        graph = self.micro(samples, layers)
+        return sum(graph.flops(op) for op in graph.ops if op.kind not in MEMORY_BOUND_KINDS)
+
+    def send_s(self, src: tuple[int, ...], dst: tuple[int, ...], nbytes: float) -> float:
+        """Seconds of a stage-to-stage send of ``nbytes`` (as
+        :func:`taps_core.pipeline.send_seconds`; the route's loads grow with the bytes)."""
+        if (src, dst) not in self._sends:
+            g = self.topology.gpus_per_node
+            a = [h * g + j for h in src for j in range(g)]
+            b = [h * g + j for h in dst for j in range(g)]
+            import numpy as np
+
+            loads, latency = self.links._route(
+                np.array(a), np.array(b), np.full(len(a), 1.0 / len(a))
+            )
+            self._sends[(src, dst)] = (
+                float((loads / self.links.capacity_Bps).max(initial=0.0)), latency
+            )
+        per_byte, latency = self._sends[(src, dst)]
+        return nbytes * per_byte + latency
+
+    def price(self, config: FixedConfig) -> Priced:
+        """The configuration's step and memory (raises InvalidInputError when it does not
+        divide the model)."""
+        lay = resolve(config, self.graph, self.topology, self.mode)
+        p, m = lay.pp, lay.microbatches
+        if p == 1:
+            f = self.figures(lay, True, True, self.layers)
+            return Priced(config, f.time_s, f.memory.total)
+        split = balanced_split(self.layers, p)
+        stages = [self.figures(lay, i == 0, i == p - 1, n) for i, n in enumerate(split)]
+        one = self.micro(lay.micro_batch_size * lay.dp, 1)
+        boundary = float(one.tensors[[op for op in one.ops if op.layer == 0][-1].output].nbytes)
+        hosts = lay.hosts_per_stage
+        span = [tuple(range(i * hosts, (i + 1) * hosts)) for i in range(p)]
+        sends = [0.0] * p
+        for i in range(p - 1):
+            sends[i] += self.send_s(span[i], span[i + 1], boundary)
+            sends[i + 1] += self.send_s(span[i + 1], span[i], boundary)
+        held = tied_shard_bytes(one, self.stage(lay, False, True, 1)[1])
+        tied = 0.0
+        if held is not None:
+            gpus = hosts * self.topology.gpus_per_node
+            tied = max(
+                self.send_s(span[0], span[-1], held * gpus),
+                self.send_s(span[-1], span[0], held * gpus),
+            )
+        per_mb = [(f.time_s - f.sync_s) / m + s for f, s in zip(stages, sends)]
+        sync = [f.sync_s + (tied if i in (0, p - 1) else 0.0) for i, f in enumerate(stages)]
+        step = one_f_one_b_busy(per_mb, m) + max(sync)
+        memory = max(
+            f.memory.total + (in_flight(i, p, m) - 1) * f.memory.activations
+            for i, f in enumerate(stages)
+        )
+        return Priced(config, step, memory)
+
+
+def price_whole(
+    graph: OpGraph, topology: Topology, mode: str, links: LinkModel, config: FixedConfig
+) -> Priced:
+    """A configuration priced on the whole model (models whose layers differ)."""
+    plan = plan_fixed(graph, topology, config, mode=mode, memory_limit_bytes=math.inf,
+                      links=links)
+    return Priced(config, plan.total_time_s, plan.memory.total)
+
+
+def search_configurations(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str = "train",
+    space: str = "megatron",
+    memory_limit_bytes: float | None = None,
+    links: LinkModel | None = None,
+    label: str | None = None,
+) -> ConfigSearch:
+    """Price every configuration of ``space`` (see the module docstring) and return the
+    fastest that fits ``memory_limit_bytes`` per device (default: the GPU's memory) as a plan;
+    exhaustive, so that plan is optimal within the space."""
+    start = time.perf_counter()
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    if not limit > 0:
+        raise InvalidInputError("memory_limit", limit, "> 0")
+    links = links or LinkModel(topology)
+    if layer_range(graph) is None:
+        raise InvalidInputError("model", graph.name, "a model with layers")
+    fast = uniform_layers(graph)
+    pricer = _Pricer(graph, topology, mode, links)
+    candidates = []
+    for config in configurations(graph, topology, mode, space):
+        if config.zero == 0 and mode == "train" and space_has_zero1(space):
+            continue  # dominated: ZeRO-1 runs the same collectives in less memory
+        try:
+            lay = resolve(config, graph, topology, mode)
+        except InvalidInputError:
+            continue
+        candidates.append((pricer.compute_floor_s(lay), config))
+    candidates.sort(key=lambda fc: (fc[0], fc[1].text()))
+    priced: list[Priced] = []
+    fits: dict[FixedConfig, bool] = {}
+    best_s = math.inf
+    for floor_s, config in candidates:
+        if floor_s >= best_s:
+            break  # every configuration left is slower than the best that fits
+        if config.recompute == "full" and fits.get(replace(config, recompute="none")):
+            continue  # dominated: recomputation only adds work to a plan that fits already
+        try:
+            pr = (pricer.price(config) if fast
+                  else price_whole(graph, topology, mode, links, config))
+        except InvalidInputError:
+            continue  # a size that does not divide this model (e.g. the heads by tp)
+        priced.append(pr)
+        fits[config] = pr.memory_bytes <= limit * (1 + FIT_TOLERANCE)
+        if fits[config]:
+            best_s = min(best_s, pr.step_s)
+    priced.sort(key=lambda pr: (pr.step_s, pr.memory_bytes))
+    fitting = [pr for pr in priced if fits[pr.config]]
+    best = fitting[0] if fitting else None
+    plan = None
+    if best is not None:
+        plan = plan_fixed(graph, topology, best.config, mode=mode, memory_limit_bytes=limit,
+                          label=label or space, links=links)
+        elapsed = time.perf_counter() - start
+        note = (
+            f"the fastest of {len(candidates)} {space} configurations (exhaustive: "
+            f"{len(priced)} priced, the rest bounded by compute): {best.config.text()}"
+        )
+        plan = replace(plan, search=SearchInfo(
+            f"{space}-exhaustive", elapsed, len(candidates), "optimal", 0.0, plan.total_time_s,
+            note
+        ))
+    return ConfigSearch(space, plan, best, tuple(priced), len(fitting), len(candidates),
+                        time.perf_counter() - start)
+
+
+def best_configuration(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str = "train",
+    space: str = "megatron",
+    memory_limit_bytes: float | None = None,
+    links: LinkModel | None = None,
+    label: str | None = None,
+) -> Plan:
+    """The plan of :func:`search_configurations`; raises InfeasibleError when none fits."""
+    found = search_configurations(
+        graph, topology, mode=mode, space=space, memory_limit_bytes=memory_limit_bytes,
+        links=links, label=label,
+    )
+    if found.plan is None:
+        least = min((pr.memory_bytes for pr in found.priced), default=math.inf)
+        raise InfeasibleError(
+            f"memory: no {space} configuration fits (the leanest of {len(found.priced)} needs "
+            f"{least / 2**30:.3g} GiB per device); use more GPUs or a smaller batch"
+        )
+    return found.plan
