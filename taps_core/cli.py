@@ -25,6 +25,7 @@ from taps_core.models.config import DTYPE_BYTES
 from taps_core.planner import COST_MODELS, NotFitting, compare, reduction, search
 from taps_core.presets import PRESETS
 from taps_core.report import compare_to_json, fmt_bytes, fmt_seconds, plan_table, plan_to_json
+from taps_core.search.configs import SPACES, best_configuration
 from taps_core.solver import iopddl, problem_from_json, solve
 from taps_core.topology import Topology
 from taps_core.topology_io import load_topology
@@ -82,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
                 default="auto",
                 help="pipeline stages across hosts: auto tries them in training when the plan "
                 "without stages is memory-bound or communication-heavy",
+            )
+            q.add_argument(
+                "--space",
+                choices=("taps", *SPACES),
+                default="taps",
+                help="taps: TAPS's search; megatron / deepspeed: the fastest configuration that "
+                "framework accepts, searched exhaustively",
             )
             q.add_argument(
                 "--fixed",
@@ -230,9 +238,16 @@ def run(argv: list[str]) -> int:
     elif args.command == "plan":
         fixed = parse_fixed(args.fixed) if args.fixed is not None else None
         graph, topo = _workload(args)
+        if fixed is not None and args.space != "taps":
+            raise InvalidInputError("--space", args.space, "taps (the default) with --fixed")
         if fixed is not None:
             plan = plan_fixed(
                 graph, topo, fixed, mode=args.mode, memory_limit_bytes=_limit(args)
+            )
+        elif args.space != "taps":
+            plan = best_configuration(
+                graph, topo, mode=args.mode, space=args.space,
+                memory_limit_bytes=_limit(args),
             )
         else:
             plan = search(

@@ -31,7 +31,7 @@ import numpy as np
 
 from taps_core.collectives import TopologyCost, VolumeCost
 from taps_core.costs import shard
-from taps_core.errors import InfeasibleError, TapsError
+from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
 from taps_core.memory_fit import within_limit
@@ -321,6 +321,37 @@ def _assemble(
             return None
         stage_plans.append(cache[key])
     return _put_together(micro, topology, links, mode, cost_model, limit, m, ranges, stage_plans)
+
+
+def plan_setting(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    p: int,
+    m: int,
+    split: tuple[int, ...],
+    mode: str = "train",
+    cost_model: str = "topology",
+    memory_limit_bytes: float | None = None,
+    space: SearchSpace = SearchSpace(),
+    links: LinkModel | None = None,
+    deadline: float = math.inf,
+) -> Plan | None:
+    """The pipeline of one setting (``p`` stages of ``split`` layers, ``m`` micro-batches) with
+    every stage's plan searched exactly (None when a stage cannot fit or time runs out)."""
+    from taps_core.models import build_graph
+    from taps_core.planner import choices_of, search_fixed
+
+    span = layer_range(graph)
+    cfg = graph.meta["config"]
+    if span is None or topology.nodes % p or sum(split) != span[1] - span[0] + 1:
+        raise InvalidInputError("split", split, f"{p} stage sizes summing to the layers")
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
+    return _assemble(
+        micro, topology, links or LinkModel(topology), mode, cost_model, limit, p, m, split,
+        span[0], {}, None, space, search_fixed, choices_of, deadline,
+    )
 
 
 def balanced_split(layers: int, p: int) -> tuple[int, ...]:

@@ -81,13 +81,17 @@ def _fit_memory(
             + ("" if mode == "infer" else ", or plan inference")
         )
     bounds = dual_bounds(problem, limit, fast, lean)
+    if bounds.lower >= cutoff * (1 - 1e-12):
+        raise _SlowerError(fast[1])  # proven: no fitting plan here beats the one in hand
     gap = bounds.best_time - bounds.lower
     if gap <= PROOF_TOLERANCE * bounds.best_time:
         return bounds.best, info(
             "optimal", bounds.lower, "memory limit binds; optimal by the Lagrangian bound",
             bounds.lam,
         ), fast[1]
-    exact, tried, unproven = _deepening(problem, limit, bounds, deadline)
+    exact, tried, unproven = _deepening(problem, limit, bounds, deadline, cutoff)
+    if exact is None and tried < 0:
+        raise _SlowerError(fast[1])  # proven: every fitting plan is no faster than the cutoff
     if exact is None:
         return bounds.best, info(
             "feasible",
@@ -115,6 +119,10 @@ def _fit_memory(
     ), fast[1]
 
 
+class SlowerThanCutoffError(Exception):
+    """No plan of the searched space beats the cutoff (seconds): proven by bounds."""
+
+
 class _SlowerError(Exception):
     """The unconstrained optimum (seconds) is no faster than a plan already found."""
 
@@ -132,10 +140,16 @@ class _NoFitError(InfeasibleError):
 
 
 def _deepening(
-    problem: SearchProblem, limit: float, bounds: Bounds, deadline: float = math.inf
+    problem: SearchProblem,
+    limit: float,
+    bounds: Bounds,
+    deadline: float = math.inf,
+    cutoff: float = math.inf,
 ) -> tuple[Assignment | None, float, float | None]:
     """Front searches with a growing gap until one proves its answer: a pass keeping every plan
-    within ``g`` of the dual bound is exact once its best time is within ``g`` of it too.
+    within ``g`` of the dual bound is exact once its best time is within ``g`` of it too. No
+    gap beyond ``cutoff`` (seconds, a plan already in hand) is needed: a pass up to it that
+    finds nothing proves no fitting plan is faster (gap tried returned as -1).
 
     Returns (plan, gap tried, lower bound when the plan is not proven optimal)."""
     try:
@@ -143,6 +157,8 @@ def _deepening(
     except KnotError:  # no series-parallel schedule: the dual gap stands
         return None, 0.0, None
     full = bounds.best_time - bounds.lower
+    if cutoff < bounds.best_time:
+        full = cutoff - bounds.lower
     g = full * FIRST_GAP_FRACTION
     while True:
         try:
@@ -155,6 +171,8 @@ def _deepening(
         if found is not None and found.cost - bounds.lower <= g * (1 + 1e-9):
             return found, g, None
         if g >= full:
+            if found is None and cutoff < bounds.best_time:
+                return None, -1.0, None
             return found, g, None
         g = min(full, g * 4)
 
@@ -196,28 +214,47 @@ def search(
     time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
     pipeline: bool | None = None,
     allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None = None,
+    expert_seed: bool = True,
 ) -> Plan:
     """Best plan under ``cost_model`` within ``space`` (and ``allow``), reported topology-aware.
+
+    With ``expert_seed`` (TAPS: the topology model, the default space, no ``allow``), the
+    fastest configuration Megatron-LM or DeepSpeed would run is found first, exhaustively
+    (:func:`expert_plan`): it bounds the exact search without stages (what cannot beat it is
+    pruned by proven bounds) and TAPS never returns a slower plan. ``pipeline``: False keeps to
+    plans without stages; True also searches every stage of the seed's pipeline shape exactly
+    (minutes on large models, guarded by ``time_budget_s``); None neither.
+
+    Without a seed (a model that is not a stack of identical layers, or rules in ``allow``),
+    ``pipeline`` None tries stages in training on several hosts when the plan without stages
+    does not fit, is memory-bound or spends >= 10% of its step communicating, and the rules can
+    be applied per stage (``allow_for(stage graph, stage cluster)``); the faster plan wins.
 
     Raises InfeasibleError when no plan fits the memory limit (default: the GPU's memory).
     The exact search under a binding memory limit stops after ``time_budget_s`` seconds
     (None: no limit) with the best plan found and a proven lower bound (status "feasible").
-    ``pipeline``: also try pipeline stages across hosts (None: in training on several hosts
-    when the plan without stages does not fit, is memory-bound or spends >= 10% of its step
-    communicating, and the strategy rules can be applied per stage: ``allow_for(stage graph,
-    stage cluster)`` gives a stage's filter when ``allow`` is set); the faster plan wins.
     """
     start = time.perf_counter()
+    seed = None
+    if allow is None and cost_model == "topology" and expert_seed and space == SearchSpace():
+        seed = expert_plan(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes,
+                           links=links, max_stages=1 if pipeline is False else None)
+    cutoff = seed.total_time_s if seed is not None else math.inf
     flat: Plan | None = None
     error: InfeasibleError | None = None
     try:
         flat = _search_flat(
             graph, topology, mode=mode, cost_model=cost_model,
             memory_limit_bytes=memory_limit_bytes, space=space, allow=allow, label=label,
-            links=links, time_budget_s=time_budget_s,
+            links=links, time_budget_s=time_budget_s, cutoff_s=cutoff,
         )
     except InfeasibleError as err:
         error = err
+    except SlowerThanCutoffError:
+        pass
+    if seed is not None:
+        return _with_seed(graph, topology, flat, seed, mode, memory_limit_bytes, space, links,
+                          label, start, pipeline is True, time_budget_s)
     if pipeline is None:
         # worth trying in training on several hosts when the plan without stages is not
         # already compute-bound: nothing fits, memory binds, or communication is >= 10%
@@ -257,6 +294,102 @@ def search(
     return flat
 
 
+def expert_plan(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str = "train",
+    memory_limit_bytes: float | None = None,
+    links: LinkModel | None = None,
+    max_stages: int | None = None,
+) -> Plan | None:
+    """The fastest configuration Megatron-LM or DeepSpeed would run (exhaustive, see
+    :mod:`taps_core.search.configs`) with at most ``max_stages`` pipeline stages, or None when
+    none fits or the model is not a stack of identical layers built from a config."""
+    from taps_core.search.configs import search_configurations, supports
+
+    if not supports(graph):
+        return None
+    found = [
+        search_configurations(graph, topology, mode=mode, space=sp,
+                              memory_limit_bytes=memory_limit_bytes, links=links,
+                              max_stages=max_stages).plan
+        for sp in ("megatron", "deepspeed")
+    ]
+    plans = [p for p in found if p is not None]
+    return min(plans, key=lambda p: (p.total_time_s, p.search.algorithm)) if plans else None
+
+
+def _with_seed(
+    graph: OpGraph,
+    topology: Topology,
+    flat: Plan | None,
+    seed: Plan,
+    mode: str,
+    memory_limit_bytes: float | None,
+    space: SearchSpace,
+    links: LinkModel | None,
+    label: str,
+    start: float,
+    refine: bool,
+    time_budget_s: float | None,
+) -> Plan:
+    """TAPS's answer given the fastest framework configuration ``seed``: the best plan without
+    stages when it beats the seed, else the seed. With ``refine`` a pipelined seed's shape
+    (stages, split, micro-batches) is kept and every stage's plan searched exactly within
+    ``time_budget_s`` (never slower than the seed, whose stage plans lie in that space).
+
+    The status is "optimal" only for a plan without stages proven optimal over the whole
+    flat space and faster than every framework configuration; otherwise "feasible" with the
+    compute floor (every FLOP at peak x efficiency on every GPU) as the certified bound."""
+    from taps_core.pipeline import plan_setting
+
+    if flat is not None and flat.total_time_s < seed.total_time_s:
+        return flat
+    best, how, guard = seed, f"the fastest framework configuration ({seed.search.note})", ""
+    if refine and seed.pipeline is not None:
+        st = seed.pipeline.stages
+        deadline = math.inf if time_budget_s is None else start + time_budget_s
+        refined = plan_setting(
+            graph, topology, p=len(st), m=seed.pipeline.microbatches,
+            split=tuple(s.layers[1] - s.layers[0] + 1 for s in st), mode=mode,
+            memory_limit_bytes=memory_limit_bytes, space=space, links=links, deadline=deadline,
+        )
+        if refined is None and time.perf_counter() > deadline:
+            guard = "; stage refinement stopped by the time budget"
+        if refined is not None and refined.total_time_s < seed.total_time_s * (1 - 1e-12):
+            best = refined
+            how = (
+                f"the stage shape of the fastest framework configuration "
+                f"({seed.search.note.split(': ')[-1]}), every stage's plan searched exactly"
+            )
+    flat_note = (
+        "no plan without stages beats it (proven by bounds)" if flat is None
+        else f"the best plan without stages takes {flat.total_time_s:.4g} s"
+    )
+    info = SearchInfo(
+        seed.search.algorithm if best is seed else "taps-stages",
+        time.perf_counter() - start,
+        best.search.num_strategies,
+        "feasible",
+        0.0,
+        compute_floor_s(graph, topology, mode),
+        f"{how}; {flat_note}; other pipeline shapes are not proven{guard}",
+    )
+    return replace(best, label=label, cost_model="topology", search=info)
+
+
+def compute_floor_s(graph: OpGraph, topology: Topology, mode: str) -> float:
+    """A lower bound on any plan's step (seconds): each pass over every FLOP of the
+    compute-bound ops at peak x efficiency, spread evenly over every GPU."""
+    from taps_core.graph import MEMORY_BOUND_KINDS
+
+    passes = 3.0 if mode == "train" else 1.0
+    work = passes * sum(graph.flops(op) for op in graph.ops if op.kind not in MEMORY_BOUND_KINDS)
+    rate = topology.gpu.peak_flops * topology.compute_efficiency * topology.num_gpus
+    return work / rate
+
+
 def _search_flat(
     graph: OpGraph,
     topology: Topology,
@@ -269,9 +402,11 @@ def _search_flat(
     label: str,
     links: LinkModel | None,
     time_budget_s: float | None,
+    cutoff_s: float = math.inf,
 ) -> Plan:
     """The best plan without pipeline stages (see :func:`search`), within the memory limit
-    with its transient buffers counted exactly (:func:`within_limit`)."""
+    with its transient buffers counted exactly (:func:`within_limit`). Raises
+    :class:`SlowerThanCutoffError` when it is proven no faster than ``cutoff_s`` seconds."""
     limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     if not limit > 0:
         raise InvalidInputError("memory_limit", limit, "> 0")
@@ -280,6 +415,7 @@ def _search_flat(
         return _search_flat_at(
             graph, topology, mode=mode, cost_model=cost_model, memory_limit_bytes=search_limit,
             space=space, allow=allow, label=label, links=links, time_budget_s=time_budget_s,
+            cutoff_s=cutoff_s,
         )
 
     return within_limit(run, limit)
@@ -297,6 +433,7 @@ def _search_flat_at(
     label: str,
     links: LinkModel | None,
     time_budget_s: float | None,
+    cutoff_s: float = math.inf,
 ) -> Plan:
     """One search of :func:`_search_flat` at a given limit."""
     if mode not in MODES:
@@ -318,9 +455,12 @@ def _search_flat_at(
     explored: list[SearchInfo] = []
     error: InfeasibleError | None = None
     unexplored: list[float] = []
+    cut = False  # some count was skipped as no faster than the cutoff
     for k in microbatch_counts(graph, topology, mode):
         bound = max((free[d] for d in free if k % d == 0), default=0.0)
-        if best is not None and bound >= best[0] * (1 - 1e-12):
+        bar = min(best[0] if best is not None else math.inf, cutoff_s)
+        if bound >= bar * (1 - 1e-12):
+            cut = cut or best is None
             continue
         if best is not None and time.perf_counter() > deadline:
             unexplored.append(bound)  # out of time: only its divisors' bound is known
@@ -332,18 +472,17 @@ def _search_flat_at(
         if best is not None:
             stage = useful_zero_stages(mode, k)[0]
             free[k] = evaluate_at(problem.restricted(stage), 0.0)[1]
-            if free[k] >= best[0] * (1 - 1e-12):
+            if free[k] >= bar * (1 - 1e-12):
                 continue  # even without a memory limit k micro-batches are slower
         try:
-            sub, sol, info, free[k] = _best_zero_stage(
-                problem, limit, mode, best[0] if best is not None else math.inf, deadline
-            )
+            sub, sol, info, free[k] = _best_zero_stage(problem, limit, mode, bar, deadline)
         except _NoFitError as err:
             free[k] = err.free_time_s
             error = err if error is None else error
             continue
         except _SlowerError as err:
             free[k] = err.free_time_s
+            cut = cut or best is None
             continue
         explored.append(info)
         memory = memory_of(sub, sol)
@@ -351,6 +490,8 @@ def _search_flat_at(
             best = (sol.cost, memory, k, g_k, sub, sol, info)
         if sol.cost <= free[k] * (1 + 1e-12):
             break  # the unconstrained optimum fits: more micro-batches cannot be faster
+    if best is None and (cut or error is None):
+        raise SlowerThanCutoffError(cutoff_s)
     if best is None:
         assert error is not None
         raise InfeasibleError(str(error))
@@ -606,14 +747,23 @@ def compare(
 ) -> dict[str, Plan | NotFitting]:
     """TAPS against the volume-based search, Megatron-style and data-parallel plans.
 
-    All four are searched in the same space and reported with the topology-aware model. When
+    All four are reported with the topology-aware model. The Megatron-style baseline is the
+    fastest of every configuration Megatron-LM accepts (exhaustive, :mod:`taps_core.search.
+    configs`) for a stack of identical layers, else the search under its rules. When
     the memory limit binds, a fitting baseline plan is also a candidate for TAPS (it lies in
     TAPS's space), so TAPS never reports a slower plan than one it was shown.
     """
+    from taps_core.search.configs import best_configuration, supports
+
     links = LinkModel(topology)
+    layered = supports(graph)
     runs: dict[str, dict[str, object]] = {
         "taps": {"cost_model": "topology"},
-        "volume": {"cost_model": "volume"},
+        "volume": {
+            "cost_model": "volume",
+            # stages reach it as candidates (every fitting plan below, the framework's too)
+            **({"pipeline": False} if layered and pipeline is None else {}),
+        },
         "megatron": {
             "cost_model": "topology",
             "allow": megatron_filter(graph, topology),
@@ -634,6 +784,12 @@ def compare(
                 f"{topology.num_gpus} GPUs")
             continue
         try:
+            if label == "megatron" and layered and space == SearchSpace():
+                out[label] = best_configuration(
+                    graph, topology, mode=mode, space="megatron",
+                    memory_limit_bytes=memory_limit_bytes, links=links, label=label,
+                )
+                continue
             out[label] = search(
                 graph,
                 topology,

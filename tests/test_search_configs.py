@@ -94,3 +94,49 @@ def test_divisors():
     assert divisors(1) == [1]
     assert divisors(12) == [1, 2, 3, 4, 6, 12]
     assert divisors(49) == [1, 7, 49]
+
+
+def _small_gpt(batch: int):
+    cfg = replace(load_model_config("gpt2"), num_hidden_layers=4, hidden_size=256,
+                  num_attention_heads=8)
+    return build_graph(cfg.with_workload(batch_size=batch, seq_length=128))
+
+
+@pytest.mark.parametrize("topo,batch", [("dgx-a100:2", 32), ("ethernet:4", 64), ("pcie:2", 16)])
+def test_taps_is_never_slower_than_any_framework_configuration(topo, batch):
+    """TAPS's space holds every Megatron-LM and DeepSpeed configuration: its plan is no
+    slower than the fastest of either space, priced by the same model."""
+    from taps_core.planner import search
+
+    graph, topology = _small_gpt(batch), preset(topo)
+    taps = search(graph, topology)
+    for space in ("megatron", "deepspeed"):
+        found = search_configurations(graph, topology, space=space)
+        if found.plan is not None:
+            assert taps.total_time_s <= found.plan.total_time_s * (1 + 1e-9), space
+
+
+@pytest.mark.parametrize(
+    "slow,fast", [("ethernet:4", "dgx-a100:4"), ("pcie:2", "pcie-nvlink:2"),
+                  ("dgx-a100:2", "dgx-h100:2")]
+)
+def test_no_plan_on_a_slower_network_is_faster(slow, fast):
+    """Every link of ``fast`` is at least as fast as ``slow``'s (and its GPUs too): its plan
+    cannot take longer, at a small and a realistic batch."""
+    from taps_core.planner import search
+
+    for batch in (32, 256):
+        graph = _small_gpt(batch)
+        on_slow, on_fast = search(graph, preset(slow)), search(graph, preset(fast))
+        assert on_fast.total_time_s <= on_slow.total_time_s * (1 + 1e-9), batch
+
+
+def test_the_plan_does_not_depend_on_the_time_budget():
+    """Inside the documented ranges the budget is only a guard: 1 s and 600 s give the same
+    plan (same step, same strategies)."""
+    from taps_core.planner import search
+
+    graph, topology = _small_gpt(256), preset("dgx-a100:4")
+    short, long = (search(graph, topology, time_budget_s=b) for b in (1.0, 600.0))
+    assert short.total_time_s == long.total_time_s
+    assert [op.strategy for op in short.ops] == [op.strategy for op in long.ops]

@@ -343,10 +343,12 @@ def search_configurations(
     memory_limit_bytes: float | None = None,
     links: LinkModel | None = None,
     label: str | None = None,
+    max_stages: int | None = None,
 ) -> ConfigSearch:
-    """Price every configuration of ``space`` (see the module docstring) and return the
-    fastest that fits ``memory_limit_bytes`` per device (default: the GPU's memory) as a plan;
-    exhaustive, so that plan is optimal within the space."""
+    """Price every configuration of ``space`` (see the module docstring), with at most
+    ``max_stages`` pipeline stages (None: any), and return the fastest that fits
+    ``memory_limit_bytes`` per device (default: the GPU's memory) as a plan; exhaustive, so
+    that plan is optimal within the space."""
     start = time.perf_counter()
     limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     if not limit > 0:
@@ -358,6 +360,8 @@ def search_configurations(
     pricer = _Pricer(graph, topology, mode, links)
     candidates = []
     for config in configurations(graph, topology, mode, space):
+        if max_stages is not None and config.pp > max_stages:
+            continue
         if config.zero == 0 and mode == "train" and space_has_zero1(space):
             continue  # dominated: ZeRO-1 runs the same collectives in less memory
         try:
@@ -425,3 +429,16 @@ def best_configuration(
             f"{least / 2**30:.3g} GiB per device); use more GPUs or a smaller batch"
         )
     return found.plan
+
+
+def supports(graph: OpGraph) -> bool:
+    """Whether the model is a stack of identical layers built from a config with a batch (what
+    the exhaustive configuration search prices in closed form)."""
+    cfg = graph.meta.get("config")
+    return (
+        getattr(cfg, "batch_size", None) is not None
+        and hasattr(cfg, "num_hidden_layers")
+        and getattr(cfg, "model_type", "") != "resnet"
+        and layer_range(graph) is not None
+        and uniform_layers(graph)
+    )
