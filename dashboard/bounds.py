@@ -9,9 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from taps_core.errors import InvalidInputError
+from taps_core.limits import LIMITS
 
 MAX_JSON_DEPTH = 64
-MAX_HOSTS = 64  # the Nodes widget's range
+MAX_HOSTS = int(LIMITS["hosts"].hi)  # the engine's bound, the Nodes widget's range
 MAX_GPUS_PER_HOST = 16  # the build form's range
 MAX_LINKS = 20_000
 # used only while taps_core.limits is absent: the sizes that make a graph (and its search) big

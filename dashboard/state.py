@@ -18,7 +18,7 @@ import streamlit as st
 
 from taps_core.errors import InvalidInputError, TapsError, check_positive
 from taps_core.models import load_model_config, sample_names
-from taps_core.presets import PRESETS, preset
+from taps_core.presets import MAX_PRESET_NODES, PRESETS, preset
 from taps_core.topology import (
     A100_40GB_PCIE,
     A100_80GB,
@@ -39,7 +39,7 @@ UPLOADED = "uploaded config.json"
 CUSTOM = "custom"
 TOPOLOGY_SOURCES = (*PRESETS, CUSTOM)
 IMAGE_FORMATS = ("png", "svg")
-MAX_NODES_UI = 64
+MAX_NODES_UI = MAX_PRESET_NODES  # the engine's bound (2048 hosts)
 MAX_EDITS = 200  # link edits in one URL / session
 # the build form's widget ranges: a URL may not ask for more than the form can
 BUILD_RANGES: dict[str, tuple[float, float]] = {

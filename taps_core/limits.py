@@ -2,8 +2,8 @@
 
 A value outside its bound is refused before any work starts, with one line naming the field,
 the value and the allowed range (see :func:`check`). The ranges are generous for real models
-and clusters (the largest sample, gpt3-175b, has 96 layers; the largest preset cluster has 512
-hosts) and small enough that every accepted input is planned in bounded time and memory.
+and clusters (the largest sample, gpt3-175b, has 96 layers; the largest preset cluster has
+2048 hosts) and small enough that every accepted input is planned in bounded time and memory.
 
 Examples
 --------
@@ -81,10 +81,10 @@ LIMITS: dict[str, Bound] = {
     "tokens_per_step": Bound(1, 2**40, "batch_size x seq_length tokens"),
     "memory_limit_gib": Bound(0, 1_048_576, "GiB per device", integer=False, lo_open=True),
     # ---- clusters ----------------------------------------------------------------------------
-    "preset_nodes": Bound(1, 512, "hosts"),
+    "preset_nodes": Bound(1, 2048, "hosts"),
     "hosts": Bound(1, 2048, "hosts"),
     "gpus_per_host": Bound(1, 128, "GPUs"),
-    "gpus": Bound(1, 8192, "GPUs"),  # twice the largest preset (dgx-a100:512)
+    "gpus": Bound(1, 16_384, "GPUs"),  # the largest preset cluster (dgx-a100:2048)
     "devices": Bound(1, 200_000, "devices"),
     "links": Bound(0, 1_000_000, "links"),
     "bandwidth_Bps": Bound(0, 1e15, "bytes/s per direction", integer=False, lo_open=True),

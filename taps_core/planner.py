@@ -242,6 +242,7 @@ def search(
     cutoff = seed.total_time_s if seed is not None else math.inf
     flat: Plan | None = None
     error: InfeasibleError | None = None
+    cut = False  # the search without stages proved nothing there beats the seed
     try:
         flat = _search_flat(
             graph, topology, mode=mode, cost_model=cost_model,
@@ -251,10 +252,11 @@ def search(
     except InfeasibleError as err:
         error = err
     except SlowerThanCutoffError:
-        pass
+        cut = True
     if seed is not None:
-        return _with_seed(graph, topology, flat, seed, mode, memory_limit_bytes, space, links,
-                          label, start, pipeline is True, time_budget_s)
+        flat_proven = cut or (flat is not None and flat.search.status == "optimal")
+        return _with_seed(graph, topology, flat, flat_proven, seed, mode, memory_limit_bytes,
+                          space, links, label, start, pipeline, time_budget_s)
     if pipeline is None:
         # worth trying in training on several hosts when the plan without stages is not
         # already compute-bound: nothing fits, memory binds, or communication is >= 10%
@@ -324,6 +326,7 @@ def _with_seed(
     graph: OpGraph,
     topology: Topology,
     flat: Plan | None,
+    flat_proven: bool,
     seed: Plan,
     mode: str,
     memory_limit_bytes: float | None,
@@ -331,23 +334,41 @@ def _with_seed(
     links: LinkModel | None,
     label: str,
     start: float,
-    refine: bool,
+    pipeline: bool | None,
     time_budget_s: float | None,
 ) -> Plan:
     """TAPS's answer given the fastest framework configuration ``seed``: the best plan without
-    stages when it beats the seed, else the seed. With ``refine`` a pipelined seed's shape
-    (stages, split, micro-batches) is kept and every stage's plan searched exactly within
+    stages when it beats the seed, else the seed. With ``pipeline`` True a pipelined seed's
+    shape (stages, split, micro-batches) is kept and every stage's plan searched exactly within
     ``time_budget_s`` (never slower than the seed, whose stage plans lie in that space).
 
-    The status is "optimal" only for a plan without stages proven optimal over the whole
-    flat space and faster than every framework configuration; otherwise "feasible" with the
-    compute floor (every FLOP at peak x efficiency on every GPU) as the certified bound."""
+    ``flat_proven``: the search without stages proved its optimum (or that nothing beats the
+    seed). The status is "optimal" only when that covers the whole space asked for: stages
+    excluded (``pipeline`` False) or impossible (inference, one host, one layer). Otherwise it
+    is "feasible" with the compute floor (every FLOP at peak x efficiency on every GPU) as the
+    certified bound."""
     from taps_core.pipeline import plan_setting
 
+    staged = pipeline is not False and mode == "train" and topology.nodes > 1 and (
+        graph.num_layers >= 2
+    )
+    open_note = "other pipeline shapes are not proven"
     if flat is not None and flat.total_time_s < seed.total_time_s:
-        return flat
+        if not staged or flat.search.status != "optimal":
+            return flat  # proven over the whole space asked for (or its own gap stands)
+        return replace(flat, search=replace(
+            flat.search,
+            time_s=time.perf_counter() - start,
+            status="feasible",
+            lower_bound_s=compute_floor_s(graph, topology, mode),
+            note="; ".join(x for x in (
+                flat.search.note,
+                f"optimal among plans without stages and faster than every framework "
+                f"configuration; {open_note}",
+            ) if x),
+        ))
     best, how, guard = seed, f"the fastest framework configuration ({seed.search.note})", ""
-    if refine and seed.pipeline is not None:
+    if pipeline is True and seed.pipeline is not None:
         st = seed.pipeline.stages
         deadline = math.inf if time_budget_s is None else start + time_budget_s
         refined = plan_setting(
@@ -364,17 +385,19 @@ def _with_seed(
                 f"({seed.search.note.split(': ')[-1]}), every stage's plan searched exactly"
             )
     flat_note = (
-        "no plan without stages beats it (proven by bounds)" if flat is None
-        else f"the best plan without stages takes {flat.total_time_s:.4g} s"
+        f"the best plan without stages takes {flat.total_time_s:.4g} s" if flat is not None
+        else "no plan without stages beats it (proven by bounds)" if flat_proven
+        else "no plan without stages found"
     )
+    proven = flat_proven and not staged and best.pipeline is None
     info = SearchInfo(
         seed.search.algorithm if best is seed else "taps-stages",
         time.perf_counter() - start,
         best.search.num_strategies,
-        "feasible",
+        "optimal" if proven else "feasible",
         0.0,
-        compute_floor_s(graph, topology, mode),
-        f"{how}; {flat_note}; other pipeline shapes are not proven{guard}",
+        best.total_time_s if proven else compute_floor_s(graph, topology, mode),
+        f"{how}; {flat_note}" + ("" if proven else f"; {open_note}") + guard,
     )
     return replace(best, label=label, cost_model="topology", search=info)
 

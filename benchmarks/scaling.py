@@ -1,0 +1,190 @@
+"""Planning real training runs: Megatron-LM's GPT scaling runs (1.7B to 1T on 32 to 3072 A100s).
+
+``python -m benchmarks.scaling [--quick] [--no-write]`` plans each run of Narayanan et al.
+2021, Table 1 (GPT, sequence 2048, vocabulary 51200, DGX A100 nodes, the published global
+batch) with :func:`taps_core.planner.search`, prices the published configuration with the same
+model (:func:`taps_core.fixed_config.plan_fixed`: their TP x PP, micro-batch 1, full
+recomputation, the distributed optimizer) and prints one table row per run: search time, step
+time, chosen TP / PP / DP / ZeRO / recomputation and the published step derived from their
+measured TFLOP/s per GPU. The table is written into docs/RESULTS.md between the markers
+:data:`BEGIN` and :data:`END` (the rest of that file is the main benchmark run's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from taps_core.fixed_config import FixedConfig, plan_fixed
+from taps_core.models import build_graph
+from taps_core.models.config import config_from_dict
+from taps_core.plan import Plan
+from taps_core.planner import search
+from taps_core.presets import preset
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- scaling:begin -->", "<!-- scaling:end -->"
+SEQ, VOCAB = 2048, 51200
+
+
+@dataclass(frozen=True)
+class Run:
+    """One published run: the model's shape, the cluster, the batch and what experts ran."""
+
+    params_b: float  # billions, as published
+    heads: int
+    hidden: int
+    layers: int
+    gpus: int
+    batch: int
+    tp: int
+    pp: int
+    tflops_per_gpu: float  # measured, with full recomputation
+
+    def published_step_s(self) -> float:
+        """The measured step (seconds) from the paper's FLOP count
+        ``96 B s l h^2 (1 + s / 6h + V / 16lh)`` at the measured TFLOP/s per GPU."""
+        h, lay = self.hidden, self.layers
+        flops = 96 * self.batch * SEQ * lay * h * h * (1 + SEQ / (6 * h) + VOCAB / (16 * lay * h))
+        return flops / (self.gpus * self.tflops_per_gpu * 1e12)
+
+
+# Narayanan et al. 2021 (Megatron-LM on DGX A100 clusters), Table 1
+RUNS = (
+    Run(1.7, 24, 2304, 24, 32, 512, 1, 1, 137),
+    Run(3.6, 32, 3072, 30, 64, 512, 2, 1, 138),
+    Run(7.5, 32, 4096, 36, 128, 512, 4, 1, 142),
+    Run(18.4, 48, 6144, 40, 256, 1024, 8, 1, 135),
+    Run(39.1, 64, 8192, 48, 512, 1536, 8, 2, 138),
+    Run(76.1, 80, 10240, 60, 1024, 1792, 8, 4, 140),
+    Run(145.6, 96, 12288, 80, 1536, 2304, 8, 8, 148),
+    Run(310.1, 128, 16384, 96, 1920, 2160, 8, 16, 155),
+    Run(529.6, 128, 20480, 105, 2520, 2520, 8, 35, 163),
+    Run(1008.0, 160, 25600, 128, 3072, 3072, 8, 64, 163),
+)
+QUICK = RUNS[:2]
+
+
+@dataclass(frozen=True)
+class Row:
+    """What the planner chose for one run, and what the published configuration costs."""
+
+    run: Run
+    search_s: float
+    step_s: float
+    status: str
+    chosen: str  # the configuration text, or the flat plan's description
+    published_priced_s: float  # their configuration under the same cost model
+    published_fits: bool
+
+
+CONFIG_TEXT = re.compile(r"tp=\d+,pp=\d+,dp=\d+,mbs=\d+,sp=\d,recompute=\w+,zero=\d")
+
+
+def chosen_configuration(plan: Plan) -> str:
+    """The plan as ``tp=..,pp=..,..`` when it is a framework configuration (or its stage
+    shape), else "per-op plan, no stages" / "per-op plan, N stages"."""
+    found = CONFIG_TEXT.search(plan.search.note)
+    if found and plan.search.algorithm != "taps-stages":
+        return found.group(0)
+    stages = len(plan.pipeline.stages) if plan.pipeline is not None else 1
+    shape = f"{stages} stages" if stages > 1 else "no stages"
+    return f"per-op plan, {shape}" + (f" ({found.group(0)} shape)" if found else "")
+
+
+def plan_run(run: Run) -> Row:
+    """Plan one run and price its published configuration."""
+    cfg = config_from_dict(
+        {
+            "model_type": "gpt3", "hidden_size": run.hidden, "num_hidden_layers": run.layers,
+            "num_attention_heads": run.heads, "vocab_size": VOCAB,
+            "max_position_embeddings": SEQ, "dtype": "bfloat16",
+        },
+        name=f"gpt-{run.params_b:g}b",
+    )
+    graph = build_graph(cfg.with_workload(batch_size=run.batch, seq_length=SEQ))
+    topology = preset(f"dgx-a100:{run.gpus // 8}")
+    start = time.perf_counter()
+    plan = search(graph, topology)
+    elapsed = time.perf_counter() - start
+    dp = run.gpus // (run.tp * run.pp)
+    theirs = plan_fixed(
+        graph, topology, FixedConfig(run.tp, run.pp, dp, 1, False, "full", 1),
+    )
+    return Row(
+        run, elapsed, plan.total_time_s, plan.search.status, chosen_configuration(plan),
+        theirs.total_time_s, theirs.memory.total <= topology.gpu.memory_bytes,
+    )
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as a markdown table."""
+    head = (
+        "| params | GPUs | batch | search (s) | step (s) | status | chosen | published "
+        "TP x PP | published, same model (s) | published, measured (s) |\n"
+        "|---:|---:|---:|---:|---:|---|---|---|---:|---:|\n"
+    )
+    lines = [
+        f"| {r.run.params_b:g}B | {r.run.gpus} | {r.run.batch} | {r.search_s:.2f} | "
+        f"{r.step_s:.2f} | {r.status} | `{r.chosen}` | {r.run.tp} x {r.run.pp} | "
+        f"{r.published_priced_s:.2f}{'' if r.published_fits else ' (does not fit)'} | "
+        f"{r.run.published_step_s():.2f} |"
+        for r in rows
+    ]
+    return head + "\n".join(lines) + "\n"
+
+
+def section(rows: list[Row], quick: bool) -> str:
+    """The docs/RESULTS.md block: what was run, the table, how to read it."""
+    return (
+        f"{BEGIN}\n## Planning Megatron-LM's GPT runs (1.7B to 1T parameters)\n\n"
+        "`python -m benchmarks.scaling` on this machine (2 cores); each run of Narayanan et al. "
+        "2021, Table 1 (sequence 2048, vocabulary 51200, DGX A100, the published batch) "
+        "planned by `taps_core.planner.search` with default settings. *published, same model*: "
+        "their TP x PP with micro-batch 1, full recomputation and the distributed optimizer "
+        "priced by the same cost model (`plan --fixed`); *published, measured*: their step "
+        "from the measured TFLOP/s per GPU. The cost model assumes 50% of peak for compute, "
+        "which is near what they measured (44-52%).\n\n"
+        + ("(quick slice)\n\n" if quick else "")
+        + table(rows)
+        + f"\n{END}\n"
+    )
+
+
+def write_section(text: str, path: Path) -> None:
+    """Replace the block between the markers in ``path`` (append it when absent)."""
+    old = path.read_text() if path.exists() else ""
+    if BEGIN in old and END in old:
+        head, rest = old.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        new = head + text + ("\n" + tail if tail else "")
+    else:
+        new = old.rstrip("\n") + "\n\n" + text
+    path.write_text(new)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="the two smallest runs only")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave docs alone")
+    args = ap.parse_args(argv)
+    rows = []
+    for run in QUICK if args.quick else RUNS:
+        rows.append(plan_run(run))
+        r = rows[-1]
+        print(f"{run.params_b:g}B on {run.gpus} GPUs: {r.search_s:.2f} s search, "
+              f"{r.step_s:.2f} s step ({r.chosen}); published {r.published_priced_s:.2f} s "
+              f"same model, {run.published_step_s():.2f} s measured", file=sys.stderr)
+    text = section(rows, args.quick)
+    print(table(rows))
+    if not args.no_write:
+        write_section(text, ROOT / "docs" / "RESULTS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
