@@ -27,6 +27,7 @@ from dashboard.widgets import (
     titled,
     why_this_plan,
 )
+from taps_core.plan import Plan
 from taps_core.report import describe, fmt_bytes, fmt_seconds, links_csv, plan_to_json
 
 
@@ -83,6 +84,7 @@ def main() -> None:
         f"Search result: **{search_status(plan)}** · {s.algorithm}, "
         f"{s.num_strategies:,} strategies, {fmt_seconds(s.time_s)}"
     )
+    your_configuration(ctx, plan)
     mem_fig = memory_figure(plan)
     show_chart(mem_fig, "memory")
     notes = lever_notes(plan)
@@ -232,6 +234,42 @@ def main() -> None:
     )
     with why_box:
         why_this_plan(ctx, plan)
+
+
+
+def your_configuration(ctx: state.Context, plan: Plan) -> None:
+    """The configuration the user runs today, priced by the same model beside the plan."""
+    spec = st.text_input(
+        "Your configuration",
+        key="plan_yours",
+        placeholder="tp=8,pp=8,dp=24,mbs=1,sp=1,recompute=full,zero=1",
+        help="A Megatron-style configuration (keys tp, pp, dp, mbs, sp, recompute, zero), "
+        "priced exactly by the same cost model as the plan",
+    ).strip()
+    if not spec:
+        return
+    yours = cache.fixed(ctx.workload, ctx.topo_json, ctx.mode, ctx.memory_limit_bytes, spec)
+    if isinstance(yours, cache.Failure):
+        st.error(f"Your configuration: {yours.message}")
+        return
+    fits = yours.memory.total <= yours.memory_limit_bytes * (1 + 1e-9)
+    faster = yours.total_time_s - plan.total_time_s
+    rows = [
+        {"": name, "step": fmt_seconds(p.total_time_s), "compute": fmt_seconds(p.compute_time_s),
+         "communication": fmt_seconds(p.comm_time_s),
+         "inter-node bytes": fmt_bytes(p.inter_node_bytes),
+         "memory / device": fmt_gib(p.memory.total)}
+        for name, p in (("the plan", plan), (f"yours ({spec})", yours))
+    ]
+    st.dataframe(rows, hide_index=True, width="stretch")
+    verdict = (
+        f"The plan is {fmt_seconds(faster)} per step faster "
+        f"({100 * faster / yours.total_time_s:.0f}%)" if faster > 0
+        else f"Yours is {fmt_seconds(-faster)} per step faster: the plan's search did not "
+        "cover it (please report this case)" if faster < 0 and fits
+        else "Same step time"
+    )
+    st.caption(verdict + ("" if fits else "; yours does not fit in memory") + ".")
 
 
 main()

@@ -152,6 +152,25 @@ def plan(
 
 
 @st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
+def fixed(
+    work: Workload, topo_json: str, mode: str, memory_limit_bytes: float | None, spec: str
+) -> Plan | Failure:
+    """The configuration ``spec`` (``--fixed`` syntax) priced by the same model, or Failure."""
+    from taps_core.fixed_config import parse_fixed, plan_fixed
+
+    g = graph_or_failure(work)
+    if isinstance(g, Failure):
+        return g
+    try:
+        return plan_fixed(
+            g, topology(topo_json), parse_fixed(spec), mode=mode,
+            memory_limit_bytes=memory_limit_bytes, label="yours", links=link_model(topo_json),
+        )
+    except TapsError as err:
+        return Failure(str(err))
+
+
+@st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
 def comparison(
     work: Workload, topo_json: str, mode: str, memory_limit_bytes: float | None
 ) -> dict[str, Plan | NotFitting] | Failure:

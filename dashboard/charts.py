@@ -168,6 +168,21 @@ def search_status(plan: Plan) -> str:
     """The search's claim in words: ``optimal (proven)``, or the best plan found and how far
     the proven lower bound lies below it (under the cost model the search minimised)."""
     s = plan.search
+    floor = ""
+    if s.lower_bound_s:
+        value = objective(plan, plan.cost_model)
+        gap = max(value - s.lower_bound_s, 0.0) / value if value > 0 else 0.0
+        floor = f"; within {100 * gap:.2g}% of the compute floor ({fmt_seconds(s.lower_bound_s)})"
+    if s.algorithm.endswith("-exhaustive") and s.status == "feasible":
+        return (
+            "the fastest framework configuration (every Megatron-LM / DeepSpeed one priced, "
+            "none faster without stages); other pipeline shapes not proven" + floor
+        )
+    if "pipeline shapes are not proven" in s.note and plan.pipeline is None:
+        return (
+            "optimal among plans without stages (proven) and faster than every framework "
+            "configuration; other pipeline shapes not proven" + floor
+        )
     if plan.pipeline is not None:
         stages = all(st.plan.search.status == "optimal" for st in plan.pipeline.stages)
         return (

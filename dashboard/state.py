@@ -432,6 +432,7 @@ PARAMS: dict[str, tuple[str, Callable[[str], Any], Callable[[Any], str]]] = {
     "net": ("net_GBps", _number("net_GBps", float), _fmt_float),
     "fmt": ("img_format", _choice(IMAGE_FORMATS), str),
     "expand": ("plan_expand", _flag, lambda v: "1" if v else "0"),
+    "yours": ("plan_yours", str.strip, str),
     "baseline": ("cmp_baseline", _choice(("volume", "megatron", "data_parallel")), str),
     "cmp_expand": ("cmp_expand", _flag, lambda v: "1" if v else "0"),
     "top": ("links_top", _number("links_top", int), str),
@@ -442,6 +443,7 @@ PARAMS: dict[str, tuple[str, Callable[[str], Any], Callable[[Any], str]]] = {
     "size": ("explain_gb", _number("explain_gb", float), _fmt_float),
     "overlay": ("topo_overlay", _flag, lambda v: "1" if v else "0"),
 }
+OPTIONAL_PARAMS = ("yours",)  # written into the URL only when set
 SHARED_PARAMS = ("model", "batch", "seq", "dtype", "mode", "cost", "mem", "topo", "edits", "fmt")
 MAX_URL_VALUE = 4000  # characters; longer values are refused unread
 
@@ -462,6 +464,7 @@ DEFAULTS: dict[str, Any] = {
     "img_format": "png",
     "model_upload": None,
     "plan_expand": False,
+    "plan_yours": "",
     "cmp_baseline": "volume",
     "cmp_expand": False,
     "links_top": 24,
@@ -597,7 +600,7 @@ def set_url(*page_params: str) -> None:
     for name in (*SHARED_PARAMS, *page_params):
         if name in PARAMS:
             key, _, fmt = PARAMS[name]
-            if key in ss:
+            if key in ss and (ss[key] or name not in OPTIONAL_PARAMS):
                 want[name] = fmt(ss[key])
     if dict(st.query_params) != want:
         st.query_params.from_dict(want)

@@ -811,6 +811,7 @@ def compare(
                 out[label] = best_configuration(
                     graph, topology, mode=mode, space="megatron",
                     memory_limit_bytes=memory_limit_bytes, links=links, label=label,
+                    max_stages=1 if pipeline is False else None,
                 )
                 continue
             out[label] = search(

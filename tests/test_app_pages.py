@@ -104,6 +104,8 @@ def test_plan_page_headline_graph_table_downloads():
     assert any(
         c.value.startswith("Search result: **optimal (proven)**")
         or c.value.startswith("Search result: **each stage's plan optimal (proven)")
+        or c.value.startswith("Search result: **optimal among plans without stages (proven)")
+        or c.value.startswith("Search result: **the fastest framework configuration")
         for c in at.caption
     ), [c.value for c in at.caption]
     dag = chart(at, "Operator graph")
@@ -119,6 +121,21 @@ def test_plan_page_headline_graph_table_downloads():
         "HTML report (self-contained)",
         "Review pack (zip)",
     ]
+
+
+def test_your_configuration_is_priced_beside_the_plan():
+    """The configuration typed in (or in the URL) is priced by the same model; the table
+    shows both, the plan is never slower, a bad key is one st.error naming it."""
+    spec = "tp=2,pp=1,dp=8,mbs=1,recompute=none,zero=1"
+    at = app(yours=spec)
+    table = at.dataframe[0].value
+    assert list(table.iloc[:, 0]) == ["the plan", f"yours ({spec})"]
+    assert any("faster" in c.value or "Same step" in c.value for c in at.caption)
+    assert not at.error
+    at.text_input(key="plan_yours").set_value("tp=3")
+    rerun(at)
+    assert at.query_params["yours"] in (["tp=3"], "tp=3")
+    assert len(at.error) == 1 and "tp" in at.error[0].value, [e.value for e in at.error]
 
 
 def test_plan_expand_toggle_shows_every_layer():

@@ -50,7 +50,7 @@ def test_link_lookup_is_linear_in_links():
 
 @pytest.mark.parametrize(
     "nodes, gpus, field",
-    [(4096, 1, "nodes"), (2, 1000, "gpus_per_node"), (1024, 16, "nodes x gpus_per_node")],
+    [(4096, 1, "nodes"), (2, 1000, "gpus_per_node"), (2048, 16, "nodes x gpus_per_node")],
 )
 def test_build_cluster_refuses_oversized_clusters_before_building(nodes, gpus, field):
     with pytest.raises(InvalidInputError, match=field):

@@ -416,11 +416,12 @@ def best_configuration(
     memory_limit_bytes: float | None = None,
     links: LinkModel | None = None,
     label: str | None = None,
+    max_stages: int | None = None,
 ) -> Plan:
     """The plan of :func:`search_configurations`; raises InfeasibleError when none fits."""
     found = search_configurations(
         graph, topology, mode=mode, space=space, memory_limit_bytes=memory_limit_bytes,
-        links=links, label=label,
+        links=links, label=label, max_stages=max_stages,
     )
     if found.plan is None:
         least = min((pr.memory_bytes for pr in found.priced), default=math.inf)
