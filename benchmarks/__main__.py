@@ -18,6 +18,7 @@ from benchmarks import (
     figures,
     pipelining,
     plan_quality,
+    scaling,
     search_speed,
 )
 from benchmarks.config import FULL, QUICK
@@ -160,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     log(f"figures: {', '.join(f.path for f in run.figures.values())}")
     run.wall_s = time.perf_counter() - start
     run.load_average_end = environment.load_average()
-    (args.out / "RESULTS.md").write_text(render(run))
+    results_md = args.out / "RESULTS.md"
+    kept = scaling.kept_section(results_md)  # the scaling table is written by its own command
+    results_md.write_text(render(run))
+    if kept:
+        scaling.write_section(kept, results_md)
     raw = {
         "command": command,
         "wall_s": run.wall_s,

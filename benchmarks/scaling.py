@@ -167,6 +167,14 @@ def write_section(text: str, path: Path) -> None:
     path.write_text(new)
 
 
+def kept_section(path: Path) -> str | None:
+    """The block between the markers in ``path`` (with them), or None."""
+    old = path.read_text() if path.exists() else ""
+    if BEGIN not in old or END not in old:
+        return None
+    return BEGIN + old.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.scaling", description=__doc__)
     ap.add_argument("--quick", action="store_true", help="the two smallest runs only")

@@ -98,3 +98,22 @@ def test_helpers():
     assert op_group("L7.mlp.up", 7) == "L*.mlp.up"
     assert op_group("S0.B0.conv1", 0) == "S0.B0.conv1"
     assert op_group("lm_head", None) == "lm_head"
+
+
+def test_scaling_slice_beats_the_published_configuration(tmp_path):
+    """The two smallest of Megatron-LM's GPT runs: the plan is no slower than the published
+    configuration priced by the same model, within 0.5x-2x of the measured step, and the
+    docs block is replaced in place (not appended twice)."""
+    from benchmarks import scaling
+
+    rows = [scaling.plan_run(run) for run in scaling.QUICK]
+    for r in rows:
+        assert r.step_s <= r.published_priced_s * (1 + 1e-9), r
+        assert 0.5 <= r.step_s / r.run.published_step_s() <= 2.0, r
+    doc = tmp_path / "RESULTS.md"
+    doc.write_text("# Results\n\nmain run\n")
+    for _ in range(2):
+        scaling.write_section(scaling.section(rows, quick=True), doc)
+    text = doc.read_text()
+    assert text.count(scaling.BEGIN) == 1 and text.startswith("# Results\n\nmain run\n")
+    assert "| 1.7B | 32 | 512 |" in text
