@@ -219,3 +219,29 @@ def test_plan_fixed_bad_input_names_the_key(capsys, spec, words):
     )
     assert code == 2 and out == ""
     assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("space", ["megatron", "deepspeed"])
+def test_plan_space_returns_the_fastest_framework_configuration(capsys, space):
+    """--space megatron|deepspeed: the fastest configuration of that framework (exhaustive),
+    the same JSON as any plan, and TAPS's plan is never slower."""
+    args = ["plan", "gpt2", "--topology", "dgx-a100:2", "--batch", "32"]
+    code, out, _ = _run([*args, "--space", space, "--json", "-"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert set(data) >= PLAN_KEYS
+    assert data["search"]["algorithm"] == f"{space}-exhaustive"
+    assert data["search"]["status"] == "optimal"  # proven: every configuration priced
+    code, out, _ = _run([*args, "--json", "-"], capsys)
+    taps = json.loads(out)
+    assert taps["totals"]["total_time_s"] <= data["totals"]["total_time_s"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(
+    "extra,words",
+    [(["--space", "alpa"], "--space"), (["--space", "megatron", "--fixed", "tp=2"], "--space")],
+)
+def test_plan_space_bad_input_is_one_line(capsys, extra, words):
+    code, out, err = _run(["plan", "gpt2", "--topology", "dgx-a100:2", *extra], capsys)
+    assert code == 2 and out == ""
+    assert words in err and len(err.strip().splitlines()) == 1, err
