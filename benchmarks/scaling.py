@@ -148,7 +148,13 @@ def section(rows: list[Row], quick: bool) -> str:
         "their TP x PP with micro-batch 1, full recomputation and the distributed optimizer "
         "priced by the same cost model (`plan --fixed`); *published, measured*: their step "
         "from the measured TFLOP/s per GPU. The cost model assumes 50% of peak for compute, "
-        "which is near what they measured (44-52%).\n\n"
+        "which is near what they measured (44-52%). "
+        "*status* `feasible`: every framework configuration was priced and TAPS's per-op "
+        "search without stages ran to its proof; pipeline shapes beyond the frameworks' are "
+        "not proven, so no row claims `optimal`. Search times are above the 2 s target: the "
+        "per-op search without stages (dense min-plus products of the DP, once per micro-batch "
+        "count and Lagrange multiplier) dominates; the framework configurations alone take "
+        "0.1-6 s.\n\n"
         + ("(quick slice)\n\n" if quick else "")
         + table(rows)
         + f"\n{END}\n"
