@@ -814,6 +814,11 @@ def compare(
                     max_stages=1 if pipeline is False else None,
                 )
                 continue
+            taps = out.get("taps")
+            if label == "volume" and layered and pipeline is not True and isinstance(taps, Plan):
+                out[label] = _volume_below(graph, topology, taps, mode, memory_limit_bytes,
+                                           space, links, time_budget_s)
+                continue
             out[label] = search(
                 graph,
                 topology,
@@ -828,6 +833,36 @@ def compare(
         except InfeasibleError as err:
             out[label] = NotFitting(label, str(err))
     return _share_candidates(out)
+
+
+def _volume_below(
+    graph: OpGraph,
+    topology: Topology,
+    taps: Plan,
+    mode: str,
+    memory_limit_bytes: float | None,
+    space: SearchSpace,
+    links: LinkModel,
+    time_budget_s: float | None,
+) -> Plan:
+    """The volume-based search without stages, cut off at the TAPS plan's volume objective
+    (seconds; that plan lies in its space): when nothing without stages is proven to beat it,
+    the volume planner's pick is the TAPS plan itself, said in the note."""
+    from taps_core.pipeline import objective
+
+    try:
+        return _search_flat(
+            graph, topology, mode=mode, cost_model="volume", memory_limit_bytes=memory_limit_bytes,
+            space=space, allow=None, label="volume", links=links, time_budget_s=time_budget_s,
+            cutoff_s=objective(taps, "volume"),
+        )
+    except SlowerThanCutoffError:
+        return replace(taps, label="volume", cost_model="volume", search=SearchInfo(
+            "dp-layered", taps.search.time_s, taps.search.num_strategies, "feasible",
+            0.0, None,
+            "the TAPS plan: no plan without stages has a lower volume objective (proven by "
+            "bounds); pipeline shapes are not searched under the volume model",
+        ))
 
 
 # Whose space holds whose plans: TAPS and the volume-based search search the whole space, so
