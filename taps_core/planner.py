@@ -772,9 +772,11 @@ def compare(
 
     All four are reported with the topology-aware model. The Megatron-style baseline is the
     fastest of every configuration Megatron-LM accepts (exhaustive, :mod:`taps_core.search.
-    configs`) for a stack of identical layers, else the search under its rules. When
-    the memory limit binds, a fitting baseline plan is also a candidate for TAPS (it lies in
-    TAPS's space), so TAPS never reports a slower plan than one it was shown.
+    configs`) for a stack of identical layers, else the search under its rules; the
+    data-parallel one likewise DeepSpeed's ZeRO-DP space (ZeRO 0-3, micro-batches,
+    checkpointing). When the memory limit binds, a fitting baseline plan is also a candidate
+    for TAPS (it lies in TAPS's space), so TAPS never reports a slower plan than one it was
+    shown.
     """
     from taps_core.search.configs import best_configuration, supports
 
@@ -807,9 +809,9 @@ def compare(
                 f"{topology.num_gpus} GPUs")
             continue
         try:
-            if label == "megatron" and layered and space == SearchSpace():
+            if label in FRAMEWORK_OF and layered and space == SearchSpace():
                 out[label] = best_configuration(
-                    graph, topology, mode=mode, space="megatron",
+                    graph, topology, mode=mode, space=FRAMEWORK_OF[label],
                     memory_limit_bytes=memory_limit_bytes, links=links, label=label,
                     max_stages=1 if pipeline is False else None,
                 )
@@ -833,6 +835,10 @@ def compare(
         except InfeasibleError as err:
             out[label] = NotFitting(label, str(err))
     return _share_candidates(out)
+
+
+# baselines that are a framework's whole space for a stack of identical layers (exhaustive)
+FRAMEWORK_OF = {"megatron": "megatron", "data_parallel": "deepspeed"}
 
 
 def _volume_below(
