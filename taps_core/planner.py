@@ -856,6 +856,7 @@ def _volume_below(
     the volume planner's pick is the TAPS plan itself, said in the note."""
     from taps_core.pipeline import objective
 
+    start = time.perf_counter()
     try:
         return _search_flat(
             graph, topology, mode=mode, cost_model="volume", memory_limit_bytes=memory_limit_bytes,
@@ -864,7 +865,7 @@ def _volume_below(
         )
     except SlowerThanCutoffError:
         return replace(taps, label="volume", cost_model="volume", search=SearchInfo(
-            "dp-layered", taps.search.time_s, taps.search.num_strategies, "feasible",
+            "dp-layered", time.perf_counter() - start, taps.search.num_strategies, "feasible",
             0.0, None,
             "the TAPS plan: no plan without stages has a lower volume objective (proven by "
             "bounds); pipeline shapes are not searched under the volume model",
