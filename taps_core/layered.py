@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from taps_core.search_problem import TENSOR_PREFIX, SearchProblem, op_signature
-from taps_core.solver.elimination import min_plus, reduce_to, solve
+from taps_core.solver.elimination import reduce_to, solve
+from taps_core.solver.minplus import min_plus_values
 from taps_core.solver.problem import CostGraph
 
 
@@ -48,10 +49,10 @@ def min_plus_power(m: np.ndarray, k: int) -> np.ndarray:
     zero = np.zeros(m.shape[0])
     while k:
         if k & 1:
-            result = base if result is None else min_plus(result, zero, base)[0]
+            result = base if result is None else min_plus_values(result, zero, base)
         k >>= 1
         if k:
-            base = min_plus(base, zero, base)[0]
+            base = min_plus_values(base, zero, base)
     assert result is not None
     return result
 

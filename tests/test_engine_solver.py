@@ -175,3 +175,30 @@ def test_issue_example_problem():
 def test_bad_problems_name_the_field(bad, field):
     with pytest.raises(InvalidInputError, match=field.replace("[", r"\[").replace("]", r"\]")):
         problem_from_json(bad)
+
+
+@pytest.mark.parametrize("case", ["dense", "rows select", "columns select", "each i one j",
+                                  "each k one j", "chunked"])
+def test_min_plus_values_equal_min_plus_and_the_argmin_is_attained(case):
+    """The one min-plus product (taps_core.solver.minplus): values with and without argmin
+    are identical on every path, and the argmin attains the value."""
+    from taps_core.solver.minplus import min_plus_values
+
+    rng = np.random.default_rng(11)
+    n_i, n_j, n_k = (700, 30, 40) if case == "chunked" else (6, 5, 4)
+    a, mid, b = rng.random((n_i, n_j)), rng.random(n_j), rng.random((n_j, n_k))
+    if case == "rows select":  # each j maps to one k
+        b = np.where(np.arange(n_k)[None, :] == rng.integers(0, n_k, n_j)[:, None], b, np.inf)
+    elif case == "columns select":  # each j comes from one i
+        a = np.where(np.arange(n_i)[None, :] == rng.integers(0, n_i, n_j)[:, None], a.T, np.inf).T
+    elif case == "each i one j":
+        a = np.where(np.arange(n_j)[None, :] == rng.integers(0, n_j, n_i)[:, None], a, np.inf)
+    elif case == "each k one j":
+        b = np.where(np.arange(n_j)[:, None] == rng.integers(0, n_j, n_k)[None, :], b, np.inf)
+    out, arg = min_plus(a, mid, b)
+    dense = (a[:, :, None] + mid[None, :, None] + b[None, :, :]).min(axis=1)
+    assert np.array_equal(out, min_plus_values(a, mid, b))
+    assert np.allclose(np.nan_to_num(out, posinf=-1), np.nan_to_num(dense, posinf=-1))
+    picked = a[np.arange(n_i)[:, None], arg] + mid[arg] + b[arg, np.arange(n_k)[None, :]]
+    finite = np.isfinite(out)
+    assert np.allclose(picked[finite], out[finite])

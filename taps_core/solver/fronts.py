@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from taps_core.solver.minplus import min_plus_values
+
 GAP_TOLERANCE = 1e-9  # relative slack on the Lagrangian rule, against float round-off
 MAX_POINTS = 60_000_000  # a step with more point combinations gives up (result unproven)
 CHUNK_POINTS = 2_000_000  # combinations expanded and pruned at once
@@ -164,47 +166,6 @@ def _drop(adj: dict[str, dict[str, int]], v: str) -> None:
 
 
 # ---- numbers: forward values and backward outsides -------------------------------------------
-
-CHUNK_ELEMENTS = 1 << 21
-
-
-def min_plus_values(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``out[i, k] = min_j a[i, j] + mid[j] + b[j, k]`` (values only, no argmin), with the
-    shortcuts of selection matrices (one finite entry per row or column)."""
-    n_i, n_j = a.shape
-    n_k = b.shape[1]
-    if n_j == 0:
-        return np.full((n_i, n_k), np.inf)
-    fin_a, fin_b = np.isfinite(a), np.isfinite(b)
-    if (fin_a.sum(axis=1) == 1).all():
-        j = fin_a.argmax(axis=1)
-        return (a[np.arange(n_i), j] + mid[j])[:, None] + b[j]
-    if (fin_b.sum(axis=0) == 1).all():
-        j = fin_b.argmax(axis=0)
-        return a[:, j] + (mid[j] + b[j, np.arange(n_k)])[None, :]
-    if (fin_b.sum(axis=1) == 1).all():
-        return _select_values(a, mid, b)
-    if (fin_a.sum(axis=0) == 1).all():
-        return _select_values(b.T, mid, a.T).T
-    out = np.empty((n_i, n_k))
-    right = mid[:, None] + b
-    step = max(1, CHUNK_ELEMENTS // max(1, n_j * n_k))
-    for s in range(0, n_i, step):
-        out[s : s + step] = (a[s : s + step, :, None] + right[None, :, :]).min(axis=1)
-    return out
-
-
-def _select_values(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """min_plus_values when each row j of ``b`` has one finite entry (j selects one k)."""
-    col = np.isfinite(b).argmax(axis=1)
-    base = a + (mid + b[np.arange(len(col)), col])[None, :]
-    order = np.argsort(col, kind="stable")
-    cols = col[order]
-    starts = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]])
-    out = np.full((a.shape[0], b.shape[1]), np.inf)
-    out[:, cols[starts]] = np.minimum.reduceat(base[:, order], starts, axis=1)
-    return out
-
 
 def forward_values(sched: Schedule, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     """Every table's least value per cell (the plain DP on the schedule)."""

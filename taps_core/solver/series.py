@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from taps_core.solver.minplus import min_plus
 from taps_core.solver.problem import CostGraph
 
-CHUNK_ELEMENTS = 1 << 18  # temporaries of one min-plus chunk stay cache-sized (2 MiB)
 # a record replays one elimination: ("root", v, s) | ("leaf", v, u, arg[S_u])
 # | ("series", v, u, w, arg[S_u, S_w]); arg gives v's strategy for the neighbours' strategies
 Record = tuple
@@ -71,63 +71,6 @@ def state_of(problem: CostGraph) -> SeriesState:
     for u, v, m in problem.edges:
         st.add_edge(u, v, m)
     return st
-
-
-def min_plus(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``out[i, k] = min_j a[i, j] + mid[j] + b[j, k]`` and its argmin j, chunked over i.
-
-    Selection edges (one finite entry per row or column) take O(n^2) shortcuts.
-    """
-    n_i, n_j = a.shape
-    n_k = b.shape[1]
-    if n_j == 0:
-        return np.full((n_i, n_k), np.inf), np.zeros((n_i, n_k), dtype=np.int32)
-    fin_a, fin_b = np.isfinite(a), np.isfinite(b)
-    if (fin_a.sum(axis=1) == 1).all():  # each i picks one j
-        j = fin_a.argmax(axis=1)
-        out = (a[np.arange(n_i), j] + mid[j])[:, None] + b[j]
-        return out, np.repeat(j[:, None].astype(np.int32), n_k, axis=1)
-    if (fin_b.sum(axis=0) == 1).all():  # each k is reached from one j
-        j = fin_b.argmax(axis=0)
-        out = a[:, j] + (mid[j] + b[j, np.arange(n_k)])[None, :]
-        return out, np.repeat(j[None, :].astype(np.int32), n_i, axis=0)
-    if (fin_b.sum(axis=1) == 1).all():  # each j maps to one k
-        return _min_plus_select(a, mid, b)
-    if (fin_a.sum(axis=0) == 1).all():  # each j comes from one i
-        out, arg = _min_plus_select(b.T, mid, a.T)
-        return out.T, arg.T
-    out = np.empty((n_i, n_k))
-    arg = np.empty((n_i, n_k), dtype=np.int32)
-    right = mid[:, None] + b  # [j, k]
-    step = max(1, CHUNK_ELEMENTS // max(1, n_j * n_k))
-    for start in range(0, n_i, step):
-        block = a[start : start + step, :, None] + right[None, :, :]  # [i, j, k]
-        idx = block.argmin(axis=1)
-        arg[start : start + step] = idx
-        out[start : start + step] = np.take_along_axis(block, idx[:, None, :], axis=1)[:, 0, :]
-    return out, arg
-
-
-def _min_plus_select(
-    a: np.ndarray, mid: np.ndarray, b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """min_plus when each row j of ``b`` has exactly one finite entry (j selects one k)."""
-    col = np.isfinite(b).argmax(axis=1)
-    val = b[np.arange(len(col)), col]
-    base = a + (mid + val)[None, :]  # [i, j]
-    out = np.full((a.shape[0], b.shape[1]), np.inf)
-    arg = np.zeros((a.shape[0], b.shape[1]), dtype=np.int32)
-    order = np.argsort(col, kind="stable")
-    cols_sorted = col[order]
-    starts = np.flatnonzero(np.r_[True, cols_sorted[1:] != cols_sorted[:-1]])
-    ends = np.r_[starts[1:], len(order)]
-    for s, e in zip(starts, ends):
-        members = order[s:e]
-        sub = base[:, members]
-        pick = sub.argmin(axis=1)
-        out[:, cols_sorted[s]] = sub[np.arange(len(pick)), pick]
-        arg[:, cols_sorted[s]] = members[pick]
-    return out, arg
 
 
 def _work(st: SeriesState, v: str, budget: SeriesBudget) -> float:

@@ -1,0 +1,89 @@
+"""The min-plus matrix product every solver here uses: ``out[i, k] = min_j a[i, j] + mid[j] +
+b[j, k]``, vectorised in numpy, with its argmin (:func:`min_plus`) or without
+(:func:`min_plus_values`, cheaper: no index pass).
+
+Selection matrices (one finite entry per row or column, e.g. a layout conversion that is free
+for one target only) take O(n^2) shortcuts; the dense case is computed in chunks of ``i`` whose
+``[i, j, k]`` temporaries stay near :data:`CHUNK_ELEMENTS` elements.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CHUNK_ELEMENTS = 1 << 18  # temporaries of one chunk stay cache-sized (2 MiB of float64)
+
+
+def min_plus(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``out[i, k] = min_j a[i, j] + mid[j] + b[j, k]`` and its argmin j (int32)."""
+    out, arg = _product(a, mid, b, with_arg=True)
+    assert arg is not None
+    return out, arg
+
+
+def min_plus_values(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``out[i, k] = min_j a[i, j] + mid[j] + b[j, k]`` (values only)."""
+    return _product(a, mid, b, with_arg=False)[0]
+
+
+def _product(
+    a: np.ndarray, mid: np.ndarray, b: np.ndarray, *, with_arg: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Both products: the shortcuts first, then the chunked dense case."""
+    n_i, n_j = a.shape
+    n_k = b.shape[1]
+    if n_j == 0:
+        return np.full((n_i, n_k), np.inf), np.zeros((n_i, n_k), dtype=np.int32)
+    fin_a, fin_b = np.isfinite(a), np.isfinite(b)
+    if (fin_a.sum(axis=1) == 1).all():  # each i picks one j
+        j = fin_a.argmax(axis=1)
+        out = (a[np.arange(n_i), j] + mid[j])[:, None] + b[j]
+        return out, np.repeat(j[:, None].astype(np.int32), n_k, axis=1) if with_arg else None
+    if (fin_b.sum(axis=0) == 1).all():  # each k is reached from one j
+        j = fin_b.argmax(axis=0)
+        out = a[:, j] + (mid[j] + b[j, np.arange(n_k)])[None, :]
+        return out, np.repeat(j[None, :].astype(np.int32), n_i, axis=0) if with_arg else None
+    if (fin_b.sum(axis=1) == 1).all():  # each j maps to one k
+        return _selecting(a, mid, b, with_arg)
+    if (fin_a.sum(axis=0) == 1).all():  # each j comes from one i
+        out, arg = _selecting(b.T, mid, a.T, with_arg)
+        return out.T, None if arg is None else arg.T
+    out = np.empty((n_i, n_k))
+    arg = np.empty((n_i, n_k), dtype=np.int32) if with_arg else None
+    right = mid[:, None] + b  # [j, k]
+    step = max(1, CHUNK_ELEMENTS // max(1, n_j * n_k))
+    for s in range(0, n_i, step):
+        block = a[s : s + step, :, None] + right[None, :, :]  # [i, j, k]
+        if arg is None:
+            out[s : s + step] = block.min(axis=1)
+            continue
+        idx = block.argmin(axis=1)
+        arg[s : s + step] = idx
+        out[s : s + step] = np.take_along_axis(block, idx[:, None, :], axis=1)[:, 0, :]
+    return out, arg
+
+
+def _selecting(
+    a: np.ndarray, mid: np.ndarray, b: np.ndarray, with_arg: bool
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The product when each row j of ``b`` has exactly one finite entry (j selects one k):
+    each k is a minimum over the j selecting it."""
+    col = np.isfinite(b).argmax(axis=1)
+    base = a + (mid + b[np.arange(len(col)), col])[None, :]  # [i, j]
+    order = np.argsort(col, kind="stable")
+    cols = col[order]
+    starts = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]])
+    out = np.full((a.shape[0], b.shape[1]), np.inf)
+    if not with_arg:
+        out[:, cols[starts]] = np.minimum.reduceat(base[:, order], starts, axis=1)
+        return out, None
+    arg = np.zeros((a.shape[0], b.shape[1]), dtype=np.int32)
+    ends = np.r_[starts[1:], len(order)]
+    rows = np.arange(a.shape[0])
+    for s, e in zip(starts, ends):
+        members = order[s:e]
+        sub = base[:, members]
+        pick = sub.argmin(axis=1)
+        out[:, cols[s]] = sub[rows, pick]
+        arg[:, cols[s]] = members[pick]
+    return out, arg
