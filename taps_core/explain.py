@@ -327,15 +327,25 @@ def _pipeline_decision(
     The choices inside a pipelined plan's stages are made on each stage's own graph and hosts;
     they are described per stage, not re-priced here.
     """
-    from taps_core.planner import search
+    from taps_core.planner import expert_plan, search
+    from taps_core.search.configs import supports
 
     pi = plan.pipeline
     assert pi is not None
     what = f"{len(pi.stages)} pipeline stages with {plan.microbatches} micro-batches"
+    runner_up = "the best plan without stages"
     try:
-        flat = search(
-            graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, pipeline=False
-        )
+        flat = None
+        if supports(graph):  # priced, not searched: the fastest configuration without stages
+            flat = expert_plan(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes,
+                               max_stages=1)
+            runner_up = "the fastest Megatron-LM / DeepSpeed configuration without stages"
+            if flat is None:
+                raise TapsError("no configuration without stages fits")
+        else:
+            flat = search(
+                graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, pipeline=False
+            )
     except TapsError:
         words = f"**{what}**: without stages no plan fits in memory."
         return Decision(what, 1.0, None, "nothing fits", words)
@@ -343,8 +353,8 @@ def _pipeline_decision(
     words = (
         f"**{what}** (bubble {fmt_seconds(pi.bubble_time_s)} per step): saves "
         f"{fmt_seconds(max(saved, 0.0))} per step "
-        f"({100 * max(saved, 0.0) / max(flat.total_time_s, 1e-30):.0f}%) over the best plan "
-        f"without stages, which would {describe_flat(flat)}."
+        f"({100 * max(saved, 0.0) / max(flat.total_time_s, 1e-30):.0f}%) over {runner_up}, "
+        f"which would {describe_flat(flat)}."
     )
     return Decision(what, 1.0, saved, describe_flat(flat), words)
 
