@@ -333,7 +333,7 @@ def _pipeline_decision(
     pi = plan.pipeline
     assert pi is not None
     what = f"{len(pi.stages)} pipeline stages with {plan.microbatches} micro-batches"
-    runner_up = "the best plan without stages"
+    runner_up = "the best plan without stages"  # "no {the rest}" when nothing fits
     try:
         flat = None
         if supports(graph):  # priced, not searched: the fastest configuration without stages
@@ -347,7 +347,7 @@ def _pipeline_decision(
                 graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, pipeline=False
             )
     except TapsError:
-        words = f"**{what}**: without stages no plan fits in memory."
+        words = f"**{what}**: no {runner_up.split(' ', 2)[-1]} fits in memory."
         return Decision(what, 1.0, None, "nothing fits", words)
     saved = flat.total_time_s - plan.total_time_s
     words = (
