@@ -236,7 +236,6 @@ def main() -> None:
         why_this_plan(ctx, plan)
 
 
-
 def your_configuration(ctx: state.Context, plan: Plan) -> None:
     """The configuration the user runs today, priced by the same model beside the plan."""
     spec = st.text_input(
@@ -262,13 +261,15 @@ def your_configuration(ctx: state.Context, plan: Plan) -> None:
         for name, p in (("the plan", plan), (f"yours ({spec})", yours))
     ]
     st.dataframe(rows, hide_index=True, width="stretch")
-    verdict = (
-        f"The plan is {fmt_seconds(faster)} per step faster "
-        f"({100 * faster / yours.total_time_s:.0f}%)" if faster > 0
-        else f"Yours is {fmt_seconds(-faster)} per step faster: the plan's search did not "
-        "cover it (please report this case)" if faster < 0 and fits
-        else "Same step time"
-    )
+    if faster > 0:
+        verdict = (f"The plan is {fmt_seconds(faster)} per step faster "
+                   f"({100 * faster / yours.total_time_s:.0f}%)")
+    elif faster < 0:
+        verdict = f"Yours is {fmt_seconds(-faster)} per step faster" + (
+            ": the plan's search did not cover it (please report this case)" if fits else ""
+        )
+    else:
+        verdict = "Same step time"
     st.caption(verdict + ("" if fits else "; yours does not fit in memory") + ".")
 
 

@@ -18,7 +18,7 @@ from plotly.subplots import make_subplots
 from taps_core.explain import Case
 from taps_core.pipeline import objective
 from taps_core.plan import Plan
-from taps_core.planner import NotFitting
+from taps_core.planner import STAGES_UNPROVEN, NotFitting
 from taps_core.report import fmt_bytes, fmt_seconds
 from taps_core.sweep import Sweep
 from taps_core.traffic import LinkBreakdown
@@ -170,15 +170,14 @@ def search_status(plan: Plan) -> str:
     s = plan.search
     floor = ""
     if s.lower_bound_s:
-        value = objective(plan, plan.cost_model)
-        gap = max(value - s.lower_bound_s, 0.0) / value if value > 0 else 0.0
-        floor = f"; within {100 * gap:.2g}% of the compute floor ({fmt_seconds(s.lower_bound_s)})"
+        floor = (f"; within {100 * _gap(plan):.2g}% of the compute floor "
+                 f"({fmt_seconds(s.lower_bound_s)})")
     if s.algorithm.endswith("-exhaustive") and s.status == "feasible":
         return (
             "the fastest framework configuration (every Megatron-LM / DeepSpeed one priced, "
             "none faster without stages); other pipeline shapes not proven" + floor
         )
-    if "pipeline shapes are not proven" in s.note and plan.pipeline is None:
+    if STAGES_UNPROVEN in s.note and plan.pipeline is None:
         return (
             "optimal among plans without stages (proven) and faster than every framework "
             "configuration; other pipeline shapes not proven" + floor
@@ -193,14 +192,19 @@ def search_status(plan: Plan) -> str:
         return "optimal (proven)"
     if s.status == "feasible":
         if s.lower_bound_s is not None and s.lower_bound_s > 0:
-            value = objective(plan, plan.cost_model)
-            gap = max(value - s.lower_bound_s, 0.0) / value if value > 0 else 0.0
             return (
-                f"best found, within {100 * gap:.2g}% of the proven bound "
+                f"best found, within {100 * _gap(plan):.2g}% of the proven bound "
                 f"({fmt_seconds(s.lower_bound_s)})"
             )
         return "best found (no bound proven)"
     return s.status
+
+
+def _gap(plan: Plan) -> float:
+    """How far (fraction of the plan's objective) its proven lower bound lies below it."""
+    value = objective(plan, plan.cost_model)
+    lower = plan.search.lower_bound_s or 0.0
+    return max(value - lower, 0.0) / value if value > 0 else 0.0
 
 
 def lever_labels(plan: Plan) -> list[str]:

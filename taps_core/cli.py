@@ -236,10 +236,10 @@ def run(argv: list[str]) -> int:
     elif args.command == "topologies":
         _topologies()
     elif args.command == "plan":
+        if args.fixed is not None and args.space != "taps":
+            raise InvalidInputError("--space", args.space, "taps (the default) with --fixed")
         fixed = parse_fixed(args.fixed) if args.fixed is not None else None
         graph, topo = _workload(args)
-        if fixed is not None and args.space != "taps":
-            raise InvalidInputError("--space", args.space, "taps (the default) with --fixed")
         if fixed is not None:
             plan = plan_fixed(
                 graph, topo, fixed, mode=args.mode, memory_limit_bytes=_limit(args)

@@ -333,21 +333,22 @@ def _pipeline_decision(
     pi = plan.pipeline
     assert pi is not None
     what = f"{len(pi.stages)} pipeline stages with {plan.microbatches} micro-batches"
-    runner_up = "the best plan without stages"  # "no {the rest}" when nothing fits
-    try:
-        flat = None
-        if supports(graph):  # priced, not searched: the fastest configuration without stages
-            flat = expert_plan(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes,
-                               max_stages=1)
-            runner_up = "the fastest Megatron-LM / DeepSpeed configuration without stages"
-            if flat is None:
-                raise TapsError("no configuration without stages fits")
-        else:
+    if supports(graph):  # priced, not searched: the fastest configuration without stages
+        kind = "Megatron-LM / DeepSpeed configuration without stages"
+        runner_up = f"the fastest {kind}"
+        flat = expert_plan(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes,
+                           max_stages=1)
+    else:
+        kind = "plan without stages"
+        runner_up = f"the best {kind}"
+        try:
             flat = search(
                 graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, pipeline=False
             )
-    except TapsError:
-        words = f"**{what}**: no {runner_up.split(' ', 2)[-1]} fits in memory."
+        except TapsError:
+            flat = None
+    if flat is None:
+        words = f"**{what}**: no {kind} fits in memory."
         return Decision(what, 1.0, None, "nothing fits", words)
     saved = flat.total_time_s - plan.total_time_s
     words = (

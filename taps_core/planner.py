@@ -119,6 +119,10 @@ def _fit_memory(
     ), fast[1]
 
 
+# said in the note of every plan whose proof leaves pipeline shapes out (the dashboard reads it)
+STAGES_UNPROVEN = "other pipeline shapes are not proven"
+
+
 class SlowerThanCutoffError(Exception):
     """No plan of the searched space beats the cutoff (seconds): proven by bounds."""
 
@@ -348,11 +352,12 @@ def _with_seed(
     is "feasible" with the compute floor (every FLOP at peak x efficiency on every GPU) as the
     certified bound."""
     from taps_core.pipeline import plan_setting
+    from taps_core.search.configs import compute_floor_s
 
     staged = pipeline is not False and mode == "train" and topology.nodes > 1 and (
         graph.num_layers >= 2
     )
-    open_note = "other pipeline shapes are not proven"
+    open_note = STAGES_UNPROVEN
     if flat is not None and flat.total_time_s < seed.total_time_s:
         if not staged or flat.search.status != "optimal":
             return flat  # proven over the whole space asked for (or its own gap stands)
@@ -400,17 +405,6 @@ def _with_seed(
         f"{how}; {flat_note}" + ("" if proven else f"; {open_note}") + guard,
     )
     return replace(best, label=label, cost_model="topology", search=info)
-
-
-def compute_floor_s(graph: OpGraph, topology: Topology, mode: str) -> float:
-    """A lower bound on any plan's step (seconds): each pass over every FLOP of the
-    compute-bound ops at peak x efficiency, spread evenly over every GPU."""
-    from taps_core.graph import MEMORY_BOUND_KINDS
-
-    passes = 3.0 if mode == "train" else 1.0
-    work = passes * sum(graph.flops(op) for op in graph.ops if op.kind not in MEMORY_BOUND_KINDS)
-    rate = topology.gpu.peak_flops * topology.compute_efficiency * topology.num_gpus
-    return work / rate
 
 
 def _search_flat(

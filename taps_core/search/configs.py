@@ -174,6 +174,19 @@ def _sync_s(plan: Plan, comm: TopologyCost) -> float:
     )
 
 
+def compute_bound_flops(graph: OpGraph) -> float:
+    """Forward FLOPs of the ops that run at the GPU's compute rate (memory-bound ops excluded)."""
+    return sum(graph.flops(op) for op in graph.ops if op.kind not in MEMORY_BOUND_KINDS)
+
+
+def compute_floor_s(graph: OpGraph, topology: Topology, mode: str) -> float:
+    """A lower bound on any plan's step (seconds): each pass over every FLOP of the
+    compute-bound ops at peak x efficiency, spread evenly over every GPU."""
+    passes = 3.0 if mode == "train" else 1.0
+    rate = topology.gpu.peak_flops * topology.compute_efficiency * topology.num_gpus
+    return passes * compute_bound_flops(graph) / rate
+
+
 def uniform_layers(graph: OpGraph) -> bool:
     """Whether every layer has the same ops (kinds, einsums and dims) in the same order."""
     sigs: dict[int, list[tuple[object, ...]]] = {}
@@ -268,8 +281,7 @@ class _Pricer:
     def flops(self, samples: int, layers: int) -> float:
         """Forward FLOPs of the compute-bound ops of one micro-batch of the model with
         ``layers`` layers."""
-        graph = self.micro(samples, layers)
-        return sum(graph.flops(op) for op in graph.ops if op.kind not in MEMORY_BOUND_KINDS)
+        return compute_bound_flops(self.micro(samples, layers))
 
     def send_s(self, src: tuple[int, ...], dst: tuple[int, ...], nbytes: float) -> float:
         """Seconds of a stage-to-stage send of ``nbytes`` (as
