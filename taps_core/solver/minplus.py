@@ -4,7 +4,8 @@ b[j, k]``, vectorised in numpy, with its argmin (:func:`min_plus`) or without
 
 Selection matrices (one finite entry per row or column, e.g. a layout conversion that is free
 for one target only) take O(n^2) shortcuts; the dense case is computed in chunks of ``i`` whose
-``[i, j, k]`` temporaries stay near :data:`CHUNK_ELEMENTS` elements.
+``[i, k, j]`` temporaries (j last: the reduction runs over contiguous memory, about twice as
+fast as over a middle axis, measured) stay near :data:`CHUNK_ELEMENTS` elements.
 """
 
 from __future__ import annotations
@@ -50,16 +51,17 @@ def _product(
         return out.T, None if arg is None else arg.T
     out = np.empty((n_i, n_k))
     arg = np.empty((n_i, n_k), dtype=np.int32) if with_arg else None
-    right = mid[:, None] + b  # [j, k]
+    a = np.ascontiguousarray(a)  # callers pass transposed views; j must be contiguous
+    right = np.ascontiguousarray((mid[:, None] + b).T)  # [k, j]: j last, reduced contiguously
     step = max(1, CHUNK_ELEMENTS // max(1, n_j * n_k))
     for s in range(0, n_i, step):
-        block = a[s : s + step, :, None] + right[None, :, :]  # [i, j, k]
+        block = a[s : s + step, None, :] + right[None, :, :]  # [i, k, j]
         if arg is None:
-            out[s : s + step] = block.min(axis=1)
+            out[s : s + step] = block.min(axis=2)
             continue
-        idx = block.argmin(axis=1)
+        idx = block.argmin(axis=2)
         arg[s : s + step] = idx
-        out[s : s + step] = np.take_along_axis(block, idx[:, None, :], axis=1)[:, 0, :]
+        out[s : s + step] = np.take_along_axis(block, idx[:, :, None], axis=2)[:, :, 0]
     return out, arg
 
 
