@@ -18,8 +18,8 @@ from dashboard.widgets import (
 )
 from taps_core.explain import replication_warning, slow_baseline_warning
 from taps_core.plan import Plan
-from taps_core.planner import NotFitting, reduction
 from taps_core.report import compare_to_json, describe, fmt_seconds
+from taps_core.search.baselines import NotFitting, reduction
 
 BASELINES = ("volume", "megatron", "data_parallel")
 

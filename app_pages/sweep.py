@@ -8,8 +8,8 @@ import streamlit as st
 from dashboard import cache, state
 from dashboard.charts import CHANGE_MARKS, plan_name, sweep_figure
 from dashboard.widgets import context_caption, need_model, need_topology, show_chart, titled
-from taps_core.planner import BASELINES
 from taps_core.report import fmt_seconds
+from taps_core.search.baselines import BASELINES
 from taps_core.sweep import log_bandwidths, node_inter_bandwidth
 
 WARM_TAPS_AFTER_S = 2.0  # seconds per search above which TAPS is warm-started too

@@ -23,8 +23,9 @@ from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
 from taps_core.models import build_graph
 from taps_core.plan import Plan, SearchInfo, evaluate
-from taps_core.planner import BASELINES, NotFitting, compare, search
 from taps_core.report import describe, strategy_words
+from taps_core.search.baselines import BASELINES, NotFitting, compare
+from taps_core.search.planner import search
 from taps_core.topology import A100_80GB, Topology, build_cluster
 
 PRESET_NIC_Bps = 25e9  # dgx-a100: 8 x HDR 200 Gb/s

@@ -1,8 +1,8 @@
 """Where pipelining wins: the best plan without stages against the best pipelined plan.
 
-For each scenario, :func:`taps_core.planner.search` without stages (``pipeline=False``) and
-:func:`taps_core.pipeline.search_pipeline` (stages across hosts, 1F1B, TAPS inside each stage)
-run on the same workload and memory limit; the row says which is faster, by how much, the
+For each scenario, :func:`taps_core.search.planner.search` without stages (``pipeline=False``) and
+:func:`taps_core.search.pipeline.search_pipeline` (stages across hosts, 1F1B, TAPS inside each
+stage) run on the same workload and memory limit; the row says which is faster, by how much, the
 pipeline's shape (stages x micro-batches, bubble) and whether any layer splits a model
 dimension (heads, hidden, FFN) across hosts.
 """
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from benchmarks.config import BenchConfig
 from taps_core.errors import InfeasibleError
 from taps_core.models import build_graph, load_model_config
-from taps_core.pipeline import search_pipeline
 from taps_core.plan import Plan
-from taps_core.planner import search
 from taps_core.presets import preset
+from taps_core.search.pipeline import search_pipeline
+from taps_core.search.planner import search
 
 
 @dataclass

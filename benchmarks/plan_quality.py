@@ -1,10 +1,10 @@
 """Plan quality: TAPS against volume-based search, Megatron-style and data parallelism.
 
-Every scenario (model x cluster x mode) runs :func:`taps_core.planner.compare`, which plans
+Every scenario (model x cluster x mode) runs :func:`taps_core.search.baselines.compare`, which plans
 all four in the same strategy space under the same memory limit and reports them with the
 topology-aware cost model. The headline is TAPS's communication-time reduction over the
-volume-based plan (:func:`taps_core.planner.reduction`); the top scenario is then taken apart
-per op, per kind of communication and per link to show where the gain comes from.
+volume-based plan (:func:`taps_core.search.baselines.reduction`); the top scenario is then taken
+apart per op, per kind of communication and per link to show where the gain comes from.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from taps_core.collectives import TopologyCost
 from taps_core.explain import replicated_share
 from taps_core.linkmodel import LinkModel
 from taps_core.plan import Plan
-from taps_core.planner import BASELINES, NotFitting, compare, reduction
 from taps_core.presets import preset
 from taps_core.report import describe, strategy_words
+from taps_core.search.baselines import BASELINES, NotFitting, compare, reduction
 
 
 @dataclass

@@ -183,7 +183,7 @@ def summary(r: RunResults) -> list[str]:
         if a is not None:
             out.append(
                 f"- **Headline (a)**, {a.model} training, {a.layers} layers, {a.cluster} "
-                f"({a.gpus} GPUs, batch {a.batch}): the full `taps_core.planner.search` takes "
+                f"({a.gpus} GPUs, batch {a.batch}): the full `search` takes "
                 f"**{a.search_wall_s:.1f} s** (target 5 s: "
                 f"{'met' if a.search_wall_s <= 5 else 'NOT met'}; {a.dp_solves} DP solves, "
                 f"status {a.status}); the exact unconstrained DP alone takes "
@@ -265,7 +265,7 @@ def quality_section(r: RunResults) -> list[str]:
         "",
         "How it was measured:",
         "",
-        "- Every scenario runs `taps_core.planner.compare`: TAPS (topology-aware DP), the "
+        "- Every scenario runs `taps_core.search.baselines.compare`: TAPS (topology-aware DP), the "
         "volume-based search (the same DP, but each collective costed by the bytes each GPU "
         "sends at one fixed rate, blind to which link carries them), Megatron-style (data "
         "parallel across nodes, column/row tensor parallelism inside a node) and pure data "
@@ -273,7 +273,7 @@ def quality_section(r: RunResults) -> list[str]:
         "and **all reported with the topology-aware model**.",
         "- *Communication time* is the plan's summed per-op `comm_time_s` for one step: forward, "
         "backward and gradient sync in training, one forward pass in inference. The reduction is "
-        "`taps_core.planner.reduction`: `1 - TAPS comm / other comm`.",
+        "`taps_core.search.baselines.reduction`: `1 - TAPS comm / other comm`.",
         "- TAPS minimises the **step time** (compute + communication), not communication "
         "alone, so it may accept more communication to save compute (a negative reduction); its "
         "step time is never above a baseline's when both fit.",
@@ -590,9 +590,9 @@ def speed_section(r: RunResults) -> list[str]:
         "",
         f"- Problem: a GPT with the `{cfg.speed_model}` shapes and 1-96 layers, "
         f"{cfg.speed_mode}ing, on dgx-a100:N (8-{8 * max(cfg.speed_nodes)} GPUs), batch "
-        "max(sample batch, nodes); `taps_core.search_problem.build_problem` gives the cost graph "
+        "max(sample batch, nodes); `taps_core.search.problem.build_problem` gives the cost graph "
         "(op nodes plus tensor-layout nodes, topology-aware costs).",
-        "- DP: `taps_core.layered.solve_problem(problem, 0.0)` (repeated squaring over the "
+        "- DP: `taps_core.search.layered.solve_problem(problem, 0.0)` (repeated squaring over the "
         "identical layers when there are 3 or more, plain graph elimination otherwise); "
         "best of up to 3 runs when a run is under a second. *Plain elim.*: "
         "`taps_core.solver.solve` on the whole cost graph, without the layer memo "
@@ -846,7 +846,8 @@ def pipeline_section(r: RunResults) -> list[str]:
         "Each scenario is planned twice on the same workload and memory limit: the exact TAPS "
         "search without stages, and the pipeline search (layers cut into stages on groups of "
         "hosts, micro-batches under 1F1B, the TAPS search inside each stage, point-to-point "
-        "sends routed over the real links; `taps_core.pipeline`). \"Across hosts\" says whether "
+        "sends routed over the real links; `taps_core.search.pipeline`). \"Across hosts\" says "
+        "whether "
         "a layer splits heads, hidden or FFN across hosts. The planner's `search` keeps the "
         "faster of the two.",
         "",

@@ -2,8 +2,8 @@
 
 ``python -m benchmarks.scaling [--quick] [--no-write]`` plans each run of Narayanan et al.
 2021, Table 1 (GPT, sequence 2048, vocabulary 51200, DGX A100 nodes, the published global
-batch) with :func:`taps_core.planner.search`, prices the published configuration with the same
-model (:func:`taps_core.fixed_config.plan_fixed`: their TP x PP, micro-batch 1, full
+batch) with :func:`taps_core.search.planner.search`, prices the published configuration with the
+same model (:func:`taps_core.search.fixed_config.plan_fixed`: their TP x PP, micro-batch 1, full
 recomputation, the distributed optimizer) and prints one table row per run: search time, step
 time, chosen TP / PP / DP / ZeRO / recomputation and the published step derived from their
 measured TFLOP/s per GPU. The table is written into docs/RESULTS.md between the markers
@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from taps_core.fixed_config import FixedConfig, plan_fixed
 from taps_core.models import build_graph
 from taps_core.models.config import config_from_dict
 from taps_core.plan import Plan
-from taps_core.planner import search
 from taps_core.presets import preset
+from taps_core.search.fixed_config import FixedConfig, plan_fixed
+from taps_core.search.planner import search
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- scaling:begin -->", "<!-- scaling:end -->"
@@ -144,7 +144,8 @@ def section(rows: list[Row], quick: bool) -> str:
         f"{BEGIN}\n## Planning Megatron-LM's GPT runs (1.7B to 1T parameters)\n\n"
         "`python -m benchmarks.scaling` on this machine (2 cores); each run of Narayanan et al. "
         "2021, Table 1 (sequence 2048, vocabulary 51200, DGX A100, the published batch) "
-        "planned by `taps_core.planner.search` with default settings. *published, same model*: "
+        "planned by `taps_core.search.planner.search` with default settings. "
+        "*published, same model*: "
         "their TP x PP with micro-batch 1, full recomputation and the distributed optimizer "
         "priced by the same cost model (`plan --fixed`); *published, measured*: their step "
         "from the measured TFLOP/s per GPU. The cost model assumes 50% of peak for compute, "

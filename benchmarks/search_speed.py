@@ -1,8 +1,8 @@
 """Search speed and exactness: the DP against the ILP reference on the same cost graph.
 
 For a GPT (the gpt3-175b shapes with fewer layers where asked), training, on dgx-a100:N,
-:func:`taps_core.search_problem.build_problem` gives the pairwise cost graph; the DP is
-:func:`taps_core.layered.solve_problem` at memory weight 0 (repeated squaring over identical
+:func:`taps_core.search.problem.build_problem` gives the pairwise cost graph; the DP is
+:func:`taps_core.search.layered.solve_problem` at memory weight 0 (repeated squaring over identical
 layers when there are three or more, graph elimination otherwise), the plain elimination
 :func:`taps_core.solver.solve` runs without the layer memo, and the ILP is
 :func:`taps_core.solver.ilp` (scipy HiGHS) with a time limit. The ILP runs in a forked child
@@ -23,12 +23,12 @@ from unittest import mock
 from benchmarks.config import BenchConfig, workload
 from taps_core import constrained, planner
 from taps_core.collectives import TopologyCost
-from taps_core.layered import solve_problem
 from taps_core.linkmodel import LinkModel
 from taps_core.models import build_graph
 from taps_core.presets import preset
 from taps_core.report import describe
-from taps_core.search_problem import SearchProblem, build_problem
+from taps_core.search.layered import solve_problem
+from taps_core.search.problem import SearchProblem, build_problem
 from taps_core.solver import CostGraph, ilp, solve
 
 REL_TOL = 1e-9

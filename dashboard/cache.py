@@ -19,7 +19,8 @@ from taps_core.errors import TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
 from taps_core.plan import Plan
-from taps_core.planner import NotFitting, compare, search
+from taps_core.search.baselines import NotFitting, compare
+from taps_core.search.planner import search
 from taps_core.topology import Topology
 
 # what a loader may raise on hostile input besides TapsError: shown as one line, never a trace
@@ -156,7 +157,7 @@ def fixed(
     work: Workload, topo_json: str, mode: str, memory_limit_bytes: float | None, spec: str
 ) -> Plan | Failure:
     """The configuration ``spec`` (``--fixed`` syntax) priced by the same model, or Failure."""
-    from taps_core.fixed_config import parse_fixed, plan_fixed
+    from taps_core.search.fixed_config import parse_fixed, plan_fixed
 
     g = graph_or_failure(work)
     if isinstance(g, Failure):

@@ -16,10 +16,11 @@ import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from taps_core.explain import Case
-from taps_core.pipeline import objective
 from taps_core.plan import Plan
-from taps_core.planner import STAGES_UNPROVEN, NotFitting
 from taps_core.report import fmt_bytes, fmt_seconds
+from taps_core.search.baselines import NotFitting
+from taps_core.search.pipeline import objective
+from taps_core.search.planner import STAGES_UNPROVEN
 from taps_core.sweep import Sweep
 from taps_core.traffic import LinkBreakdown
 

@@ -408,7 +408,7 @@ def _flag(raw: str) -> bool:
 
 
 def _curves(raw: str) -> list[str]:
-    from taps_core.planner import BASELINES
+    from taps_core.search.baselines import BASELINES
 
     items = [c for c in raw.split(",") if c]
     bad = [c for c in items if c not in BASELINES]

@@ -9,8 +9,9 @@ Typical use::
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
 from taps_core.models import build_graph, load_model_config, sample_names
 from taps_core.plan import Plan
-from taps_core.planner import NotFitting, compare, search
 from taps_core.presets import preset
+from taps_core.search.baselines import NotFitting, compare
+from taps_core.search.planner import search
 from taps_core.topology import Topology, build_cluster
 from taps_core.topology_io import load_topology
 

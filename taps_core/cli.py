@@ -17,15 +17,17 @@ from typing import Any
 from taps_core import strict_json
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
 from taps_core.export import add_export_parser, run_export
-from taps_core.fixed_config import parse_fixed, plan_fixed
 from taps_core.graph import OpGraph
 from taps_core.limits import check
 from taps_core.models import build_graph, load_model_config, sample_names
 from taps_core.models.config import DTYPE_BYTES
-from taps_core.planner import COST_MODELS, NotFitting, compare, reduction, search
 from taps_core.presets import PRESETS
 from taps_core.report import compare_to_json, fmt_bytes, fmt_seconds, plan_table, plan_to_json
+from taps_core.search.baselines import NotFitting, compare, reduction
 from taps_core.search.configs import SPACES, best_configuration
+from taps_core.search.fixed_config import parse_fixed, plan_fixed
+from taps_core.search.flat import COST_MODELS
+from taps_core.search.planner import search
 from taps_core.solver import iopddl, problem_from_json, solve
 from taps_core.topology import Topology
 from taps_core.topology_io import load_topology

@@ -270,7 +270,7 @@ def decisions(
     make it (one extra search each, the same search as the plan's); the saving is the step
     time difference. Choices carrying less than ``min_share`` of the compute are skipped.
     """
-    from taps_core.planner import search
+    from taps_core.search.planner import search
 
     if plan.pipeline is not None:
         return [_pipeline_decision(plan, graph, topology, mode, memory_limit_bytes)]
@@ -327,8 +327,8 @@ def _pipeline_decision(
     The choices inside a pipelined plan's stages are made on each stage's own graph and hosts;
     they are described per stage, not re-priced here.
     """
-    from taps_core.planner import expert_plan, search
     from taps_core.search.configs import supports
+    from taps_core.search.planner import expert_plan, search
 
     pi = plan.pipeline
     assert pi is not None

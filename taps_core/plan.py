@@ -18,7 +18,7 @@ from taps_core.costs import Memory, OpCost, op_cost, op_option, scaled
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
 from taps_core.reshard import convert_phases, plain
-from taps_core.search_problem import reader_layouts
+from taps_core.search.problem import reader_layouts
 from taps_core.strategies import Strategy
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import Any
 
 from taps_core.plan import OpPlan, Plan
-from taps_core.planner import NotFitting
+from taps_core.search.baselines import NotFitting
 from taps_core.strategies import Strategy
 
 LETTER_NAMES = {

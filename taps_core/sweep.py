@@ -33,8 +33,9 @@ from taps_core.errors import InvalidInputError, TapsError, check_positive
 from taps_core.explain import change_words, op_choice_label, replicated_share
 from taps_core.graph import OpGraph
 from taps_core.plan import Plan
-from taps_core.planner import BASELINES, NotFitting, compare, search
 from taps_core.report import describe
+from taps_core.search.baselines import BASELINES, NotFitting, compare
+from taps_core.search.planner import search
 from taps_core.topology import Topology, validate
 
 MAX_POINTS = 40
@@ -307,9 +308,9 @@ class SweepRun:
     graph, topology
         The model and the cluster (at least two hosts); only network links are rescaled.
     mode, memory_limit_bytes
-        As for :func:`taps_core.planner.search`.
+        As for :func:`taps_core.search.planner.search`.
     labels
-        Plans to cost, among :data:`taps_core.planner.BASELINES`; ``"taps"`` always included.
+        Plans to cost, among :data:`~taps_core.search.baselines.BASELINES` (``"taps"`` always).
     warm_taps
         Preview TAPS like the baselines: at a grid point whose searched neighbours have the same
         TAPS plan, draw that plan re-costed first, and search the point before the sweep is

@@ -14,8 +14,8 @@ import numpy as np
 
 from taps_core.errors import InvalidInputError
 from taps_core.linkmodel import LinkModel
-from taps_core.pipeline import host_renamer, sub_topology
 from taps_core.plan import Plan
+from taps_core.search.pipeline import host_renamer, sub_topology
 from taps_core.topology import Topology
 
 
@@ -76,7 +76,7 @@ def link_traffic_by_op_kind(
     --------
     >>> from taps_core.models import load_model_config, build_graph
     >>> from taps_core.presets import preset
-    >>> from taps_core.planner import search
+    >>> from taps_core.search.planner import search
     >>> topo = preset("dgx-a100:2")
     >>> plan = search(build_graph(load_model_config("mlp-2layer")), topo)
     >>> br = link_traffic_by_op_kind(plan, topo)

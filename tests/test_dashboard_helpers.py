@@ -35,11 +35,12 @@ from dashboard.state import (
 from dashboard.topology_view import device_positions, topology_figure
 from taps_core.errors import InvalidInputError
 from taps_core.models import build_graph, load_model_config
-from taps_core.pipeline import search_pipeline
 from taps_core.plan import PipelineInfo, StageInfo
-from taps_core.planner import compare, data_parallel_filter, search
 from taps_core.presets import preset
 from taps_core.report import plan_to_json
+from taps_core.search.baselines import compare, data_parallel_filter
+from taps_core.search.pipeline import search_pipeline
+from taps_core.search.planner import search
 from taps_core.sweep import sweep_inter_bandwidth
 from taps_core.topology_io import dumps, loads
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from taps_core.models import build_graph, load_model_config
-from taps_core.pipeline import search_pipeline, stage_graph, sub_topology
 from taps_core.plan import evaluate
 from taps_core.presets import preset
+from taps_core.search.pipeline import search_pipeline, stage_graph, sub_topology
 
 
 def _graph(name: str, **changes):
@@ -103,7 +103,7 @@ def test_pipelined_decision_is_priced_against_the_fastest_flat_configuration(pip
     """A pipelined plan of identical layers is priced against the fastest Megatron-LM /
     DeepSpeed configuration without stages (priced, not searched again)."""
     from taps_core.explain import _choices, decisions
-    from taps_core.planner import expert_plan
+    from taps_core.search.planner import expert_plan
 
     graph, topo, plan = piped
     assert all(0 < share <= 1 + 1e-9 for _, _, share, _ in _choices(plan))

@@ -10,24 +10,22 @@ import numpy as np
 import pytest
 
 from taps_core.collectives import TopologyCost, all_reduce
-from taps_core.constrained import evaluate_at, memory_of
 from taps_core.errors import InfeasibleError, InvalidInputError
-from taps_core.layered import find_chain, solve_problem
 from taps_core.linkmodel import LinkModel
 from taps_core.models import build_graph, load_model_config
-from taps_core.planner import (
-    LEANEST_WEIGHT,
+from taps_core.presets import preset
+from taps_core.search.baselines import (
     NotFitting,
     compare,
     data_parallel_filter,
     megatron_filter,
-    microbatch_counts,
     reduction,
-    search,
-    useful_zero_stages,
 )
-from taps_core.presets import preset
-from taps_core.search_problem import build_problem, expanded_problem
+from taps_core.search.flat import LEANEST_WEIGHT, microbatch_counts, useful_zero_stages
+from taps_core.search.layered import find_chain, solve_problem
+from taps_core.search.memory_bound import evaluate_at, memory_of
+from taps_core.search.planner import search
+from taps_core.search.problem import build_problem, expanded_problem
 from taps_core.solver import ilp, solve
 
 
@@ -287,7 +285,7 @@ def test_wider_space_never_worse_and_narrower_never_better(mlp, dgx1):
 def test_chain_integer_program_equals_front_squaring(topo, frac):
     # two exact ways to combine identical layers under a memory limit (per-layer
     # recomputation): counts of layer points in an integer program, and fronts squared
-    from taps_core.constrained import FrontSearch, dual_bounds
+    from taps_core.search.memory_bound import FrontSearch, dual_bounds
 
     graph = _graph("gpt2", num_hidden_layers=4, batch_size=4, seq_length=64)
     problem = _problem(graph, preset(topo)).restricted(2)
@@ -315,7 +313,7 @@ def test_chain_of_layers_equals_ilp_in_inference(dgx1):
 
 
 def test_a_search_cut_short_takes_a_better_plan_another_planner_found(gpt2_small):
-    from taps_core.planner import _share_candidates
+    from taps_core.search.baselines import _share_candidates
 
     plans = compare(gpt2_small, preset("ethernet:2"), mode="train", pipeline=False)
     meg = plans["megatron"]

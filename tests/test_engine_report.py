@@ -9,7 +9,6 @@ import pytest
 
 from taps_core.costs import Memory
 from taps_core.plan import OpPlan
-from taps_core.planner import megatron_filter, search
 from taps_core.report import (
     SHARDING_CLASSES,
     describe,
@@ -20,6 +19,8 @@ from taps_core.report import (
     sharding_class,
     strategy_words,
 )
+from taps_core.search.baselines import megatron_filter
+from taps_core.search.planner import search
 from taps_core.strategies import Strategy
 
 

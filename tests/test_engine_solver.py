@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taps_core.errors import InvalidInputError
-from taps_core.layered import min_plus_power
+from taps_core.search.layered import min_plus_power
 from taps_core.solver import (
     CostGraph,
     brute_force,

@@ -48,7 +48,7 @@ def test_invalid(spec, field):
 @pytest.fixture(scope="module")
 def gpt2_plans():
     from taps_core.models import build_graph, load_model_config
-    from taps_core.planner import search
+    from taps_core.search.planner import search
     from taps_core.sweep import scale_inter_bandwidth
 
     graph = build_graph(load_model_config("gpt2"))
@@ -75,7 +75,7 @@ def test_replication_across_hosts_is_called_out(gpt2_plans):
 
 def test_decisions_are_priced_against_a_search_without_them(gpt2_plans):
     from taps_core.explain import decisions
-    from taps_core.planner import search
+    from taps_core.search.planner import search
 
     graph, topo, fast, _, _ = gpt2_plans
     found = decisions(fast, graph, topo, mode="train")
@@ -104,7 +104,8 @@ def test_change_and_edit_words(gpt2_plans):
 
 def test_slow_baseline_is_blamed_on_compute_when_it_is(gpt2_plans):
     from taps_core.explain import slow_baseline_warning
-    from taps_core.planner import compare, megatron_filter, search
+    from taps_core.search.baselines import compare, megatron_filter
+    from taps_core.search.planner import search
 
     graph, topo, _, _, _ = gpt2_plans
     plans = compare(graph, topo)

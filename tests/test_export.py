@@ -469,8 +469,8 @@ def test_engine_pipelined_plan_exports_when_the_json_has_stages(tmp_path) -> Non
     """The engine's Megatron-style plan of the small GPT-2 on the emulated levels is pipelined
     (a stage per node, TP 2 inside): PP 2 x TP 2 once the plan JSON carries ``pipeline``."""
     from taps_core.models import build_graph, config_from_dict
-    from taps_core.planner import compare
     from taps_core.report import plan_to_json
+    from taps_core.search.baselines import compare
     from validation.calibrate import build_topology
     from validation.dtensor_config import TinyGPTConfig
     from validation.dtensor_run import LEVELS

@@ -9,7 +9,6 @@ from dataclasses import replace
 import pytest
 
 from taps_core.errors import InfeasibleError, InvalidInputError
-from taps_core.fixed_config import plan_fixed, resolve
 from taps_core.linkmodel import LinkModel
 from taps_core.models import build_graph, load_model_config
 from taps_core.presets import preset
@@ -20,6 +19,7 @@ from taps_core.search.configs import (
     divisors,
     search_configurations,
 )
+from taps_core.search.fixed_config import plan_fixed, resolve
 
 
 def _graph(name: str, layers: int, batch: int, **kw):
@@ -106,7 +106,7 @@ def _small_gpt(batch: int):
 def test_taps_is_never_slower_than_any_framework_configuration(topo, batch):
     """TAPS's space holds every Megatron-LM and DeepSpeed configuration: its plan is no
     slower than the fastest of either space, priced by the same model."""
-    from taps_core.planner import search
+    from taps_core.search.planner import search
 
     graph, topology = _small_gpt(batch), preset(topo)
     taps = search(graph, topology)
@@ -123,7 +123,7 @@ def test_taps_is_never_slower_than_any_framework_configuration(topo, batch):
 def test_no_plan_on_a_slower_network_is_faster(slow, fast):
     """Every link of ``fast`` is at least as fast as ``slow``'s (and its GPUs too): its plan
     cannot take longer, at a small and a realistic batch."""
-    from taps_core.planner import search
+    from taps_core.search.planner import search
 
     for batch in (32, 256):
         graph = _small_gpt(batch)
@@ -134,7 +134,7 @@ def test_no_plan_on_a_slower_network_is_faster(slow, fast):
 def test_the_plan_does_not_depend_on_the_time_budget():
     """Inside the documented ranges the budget is only a guard: 1 s and 600 s give the same
     plan (same step, same strategies)."""
-    from taps_core.planner import search
+    from taps_core.search.planner import search
 
     graph, topology = _small_gpt(256), preset("dgx-a100:4")
     short, long = (search(graph, topology, time_budget_s=b) for b in (1.0, 600.0))

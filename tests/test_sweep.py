@@ -10,8 +10,9 @@ import pytest
 
 from taps_core.errors import InvalidInputError
 from taps_core.models import build_graph, load_model_config
-from taps_core.planner import compare, search
 from taps_core.presets import preset
+from taps_core.search.baselines import compare
+from taps_core.search.planner import search
 from taps_core.sweep import (
     BISECT_RATIO,
     SweepRun,

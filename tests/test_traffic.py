@@ -7,8 +7,8 @@ import pytest
 
 from taps_core.errors import InvalidInputError
 from taps_core.models import build_graph, load_model_config
-from taps_core.planner import search
 from taps_core.presets import preset
+from taps_core.search.planner import search
 from taps_core.traffic import gpu_traffic_matrix, link_traffic_by_op_kind
 
 

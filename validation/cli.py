@@ -145,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"comma-separated model presets ({', '.join(MODELS)}) or "
                             "config.json paths")
         q.add_argument("--plans", default=",".join(PLAN_LABELS),
-                       help="comma-separated plans from taps_core.planner.compare")
+                       help="comma-separated plans from taps_core.search.baselines.compare")
         q.add_argument("--topology", default=None,
                        help="topology JSON (e.g. a calibrated one) or preset to plan on; "
                             "default: build_cluster(nodes, ranks per node)")

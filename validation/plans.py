@@ -1,8 +1,8 @@
 """Plans from the engine, executed on the emulated cluster and checked against one process.
 
 The driver side (:func:`plans_for`, :func:`execute`) builds the model graph with
-``taps_core.models.build_graph`` from a config, asks ``taps_core.planner.compare`` for the TAPS,
-volume-based, Megatron-style and data-parallel plans on a topology, launches
+``taps_core.models.build_graph`` from a config, asks ``taps_core.search.baselines.compare``
+for the TAPS, volume-based, Megatron-style and data-parallel plans on a topology, launches
 :func:`run_plans` on every rank, and compares the loss and every parameter gradient with the
 single-process reference of :mod:`validation.reference` (same seed, same weights).
 """
@@ -58,8 +58,8 @@ def strategy_from_json(d: dict[str, list]):
 
 
 def plans_for(graph, topology, labels: tuple[str, ...] = PLAN_LABELS) -> dict[str, Any]:
-    """``taps_core.planner.compare`` restricted to ``labels``; raises if one does not fit."""
-    from taps_core.planner import NotFitting, compare
+    """``taps_core.search.baselines.compare`` restricted to ``labels``; raises if one misfits."""
+    from taps_core.search.baselines import NotFitting, compare
 
     got = compare(graph, topology)
     out = {}

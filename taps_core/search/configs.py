@@ -18,8 +18,8 @@ and a model's layers are identical, so a stage of ``n`` layers costs ``T(1) + (n
 - T(1))`` for the stage built with one and with two layers (its time, its gradient sync and
 each part of its memory; the transient buffers are a maximum over identical layers, the same
 for any ``n``). Activations scale with the micro-batches a stage holds at once (1F1B), sends
-with their bytes; the 1F1B step is :func:`taps_core.pipeline.one_f_one_b_busy`. The test
-suite checks the result against :func:`taps_core.fixed_config.plan_fixed` on the whole model.
+with their bytes; the 1F1B step is :func:`taps_core.search.pipeline.one_f_one_b_busy`. The test
+suite checks the result against :func:`taps_core.search.fixed_config.plan_fixed` on the whole model.
 Models whose layers differ are priced whole, one configuration at a time.
 """
 
@@ -32,11 +32,12 @@ from dataclasses import dataclass, replace
 from taps_core.collectives import TopologyCost
 from taps_core.costs import Memory, OpCost
 from taps_core.errors import InfeasibleError, InvalidInputError
-from taps_core.fixed_config import FixedConfig, Layout3D, fixed_choices, plan_fixed, resolve
 from taps_core.graph import MEMORY_BOUND_KINDS, OpGraph
 from taps_core.linkmodel import LinkModel
 from taps_core.models import build_graph
-from taps_core.pipeline import (
+from taps_core.plan import Plan, SearchInfo, evaluate
+from taps_core.search.fixed_config import FixedConfig, Layout3D, fixed_choices, plan_fixed, resolve
+from taps_core.search.pipeline import (
     balanced_split,
     in_flight,
     layer_range,
@@ -45,7 +46,6 @@ from taps_core.pipeline import (
     sub_topology,
     tied_shard_bytes,
 )
-from taps_core.plan import Plan, SearchInfo, evaluate
 from taps_core.strategies import Strategy
 from taps_core.topology import Topology
 
@@ -285,7 +285,7 @@ class _Pricer:
 
     def send_s(self, src: tuple[int, ...], dst: tuple[int, ...], nbytes: float) -> float:
         """Seconds of a stage-to-stage send of ``nbytes`` (as
-        :func:`taps_core.pipeline.send_seconds`; the route's loads grow with the bytes)."""
+        :func:`taps_core.search.pipeline.send_seconds`; the route's loads grow with the bytes)."""
         if (src, dst) not in self._sends:
             g = self.topology.gpus_per_node
             a = [h * g + j for h in src for j in range(g)]

@@ -27,11 +27,26 @@ from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.graph import OpGraph, OpSpec
 from taps_core.linkmodel import LinkModel
 from taps_core.plan import OpChoice, Plan, SearchInfo, evaluate
+from taps_core.search.pipeline import assemble_stages, balanced_split, layer_range
 from taps_core.strategies import DEFERRABLE_KINDS, LevelSplit, Strategy
 from taps_core.topology import Topology
 
 FIXED_KEYS = ("tp", "pp", "dp", "mbs", "sp", "recompute", "zero")
 RECOMPUTE = ("none", "full")
+
+
+def tp_letter(op: OpSpec) -> str | None:
+    """The letter Megatron splits for a column ('output features') or row ('contraction') op."""
+    if op.tp_role == "column":
+        cands = [
+            ch for ch in op.output_letters if ch not in op.input_letters[0] and ch not in op.fixed
+        ]
+    elif op.tp_role == "row":
+        cands = [ch for ch in op.input_letters[0] if ch in op.contracted and ch not in op.fixed]
+    else:
+        return None
+    return cands[0] if cands else None
+
 
 
 @dataclass(frozen=True)
@@ -163,7 +178,6 @@ def resolve(config: FixedConfig, graph: OpGraph, topology: Topology, mode: str) 
 def tensor_letter(graph: OpGraph, op: OpSpec) -> str | None:
     """The letter tensor parallelism splits on ``op``: a column op's output features, a row
     op's contraction, and for the ops between them the one such letter they carry."""
-    from taps_core.planner import tp_letter
 
     own = tp_letter(op)
     if own is not None or op.tp_role is not None:
@@ -279,13 +293,12 @@ def _pipelined(
     lay: Layout3D,
     info: SearchInfo,
 ) -> Plan:
-    """The configuration's 1F1B pipeline, stages costed by :func:`taps_core.pipeline`."""
-    from taps_core import pipeline
+    """The configuration's 1F1B pipeline, stages costed by :func:`taps_core.search.pipeline`."""
 
-    span = pipeline.layer_range(micro)
+    span = layer_range(micro)
     if span is None:
         raise InvalidInputError("--fixed pp", lay.pp, "1 for a model without layers")
-    split = pipeline.balanced_split(span[1] - span[0] + 1, lay.pp)
+    split = balanced_split(span[1] - span[0] + 1, lay.pp)
 
     def stage_plan(sg: OpGraph, sub: Topology, copies: int) -> Plan:
         one = replace(lay, hosts_per_stage=sub.nodes)
@@ -295,7 +308,7 @@ def _pipelined(
             microbatches=lay.microbatches, activation_copies=copies,
         )
 
-    plan = pipeline.assemble_stages(
+    plan = assemble_stages(
         micro, topology, links or LinkModel(topology), mode, "topology", limit, lay.pp,
         lay.microbatches, split, span[0], stage_plan,
     )

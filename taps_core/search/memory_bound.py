@@ -23,8 +23,8 @@ from scipy.optimize import Bounds as VarBounds
 from scipy.optimize import LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from taps_core.layered import Assignment, Chain, find_chain, solve_problem, variants
-from taps_core.search_problem import SearchProblem
+from taps_core.search.layered import Assignment, Chain, find_chain, solve_problem, variants
+from taps_core.search.problem import SearchProblem
 from taps_core.solver import fronts
 from taps_core.solver.fronts import FrontTable, Rules
 

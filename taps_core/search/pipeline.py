@@ -2,8 +2,8 @@
 
 The layers are cut into ``p`` contiguous stages, each on ``nodes / p`` hosts; the global
 batch flows through them as ``m`` micro-batches under a 1F1B schedule (Narayanan et al. 2021).
-Inside each stage the exact TAPS search (:func:`taps_core.planner.search_fixed`) chooses every
-op's sharding and the memory levers, with stage ``i`` holding the activations of
+Inside each stage the exact TAPS search (:func:`~taps_core.search.flat.search_fixed`) chooses
+every op's sharding and the memory levers, with stage ``i`` holding the activations of
 ``min(p - i, m)`` micro-batches at once (1F1B's in-flight count; the middle stages share one
 plan, sized for the most in flight among them). Between stages only the
 boundary activation moves, point to point: each GPU of a stage sends its 1/G slice to the GPU
@@ -34,7 +34,7 @@ from taps_core.costs import shard
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
-from taps_core.memory_fit import within_limit
+from taps_core.models import build_graph
 from taps_core.plan import (
     OpPlan,
     PipelineInfo,
@@ -45,7 +45,9 @@ from taps_core.plan import (
     link_traffic,
     workload_of,
 )
-from taps_core.search_problem import StrategyFilter
+from taps_core.search.flat import choices_of, search_fixed
+from taps_core.search.memory_fit import within_limit
+from taps_core.search.problem import StrategyFilter
 from taps_core.strategies import SearchSpace, pad_factor
 from taps_core.topology import Topology
 
@@ -191,8 +193,6 @@ def search_pipeline(
     ``allow_for(stage_graph, stage_topology)`` restricts each stage's strategies (a baseline);
     ``stage_counts`` limits the stage counts tried (default: every divisor of the hosts >= 2).
     """
-    from taps_core.models import build_graph
-    from taps_core.planner import choices_of, search_fixed
 
     span = layer_range(graph)
     cfg = graph.meta.get("config")
@@ -231,7 +231,7 @@ def search_pipeline(
                 tried += 1
                 plan = _assemble(
                     micro, topology, links, mode, cost_model, limit, p, m, split, span[0],
-                    cache, allow_for, space, search_fixed, choices_of, deadline,
+                    cache, allow_for, space, deadline,
                     SCOUT_STAGE_BUDGET_S,
                 )
                 score = None if plan is None else objective(plan, cost_model)
@@ -258,7 +258,7 @@ def search_pipeline(
         micro, p, m, split = chosen
         again = _assemble(
             micro, topology, links, mode, cost_model, limit, p, m, split, span[0], {},
-            allow_for, space, search_fixed, choices_of, deadline,
+            allow_for, space, deadline,
         )
         if again is not None and objective(again, cost_model) <= best[0] * (1 + 1e-12):
             plan = again
@@ -293,8 +293,6 @@ def _assemble(
     cache: dict[tuple, _StagePlan | None],
     allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None,
     space: SearchSpace,
-    search_fixed: Callable[..., tuple],
-    choices_of: Callable[..., dict],
     deadline: float,
     stage_budget_s: float = math.inf,
 ) -> Plan | None:
@@ -314,7 +312,7 @@ def _assemble(
         if key not in cache:
             cache[key] = _plan_stage(
                 micro, topology, mode, cost_model, limit, a, b, head, tail, copies, hosts, m,
-                allow_for, space, search_fixed, choices_of,
+                allow_for, space,
                 min(deadline, time.perf_counter() + stage_budget_s),
             )
         if cache[key] is None:
@@ -339,8 +337,6 @@ def plan_setting(
 ) -> Plan | None:
     """The pipeline of one setting (``p`` stages of ``split`` layers, ``m`` micro-batches) with
     every stage's plan searched exactly (None when a stage cannot fit or time runs out)."""
-    from taps_core.models import build_graph
-    from taps_core.planner import choices_of, search_fixed
 
     span = layer_range(graph)
     cfg = graph.meta["config"]
@@ -350,7 +346,7 @@ def plan_setting(
     micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
     return _assemble(
         micro, topology, links or LinkModel(topology), mode, cost_model, limit, p, m, split,
-        span[0], {}, None, space, search_fixed, choices_of, deadline,
+        span[0], {}, None, space, deadline,
     )
 
 
@@ -552,8 +548,6 @@ def _plan_stage(
     m: int,
     allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None,
     space: SearchSpace,
-    search_fixed: Callable[..., tuple],
-    choices_of: Callable[..., dict],
     deadline: float,
 ) -> _StagePlan | None:
     """The exact intra-operator plan of one stage on its hosts (None if it cannot fit)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from taps_core.search_problem import TENSOR_PREFIX, SearchProblem, op_signature
+from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, op_signature
 from taps_core.solver.elimination import reduce_to, solve
 from taps_core.solver.minplus import min_plus_values
 from taps_core.solver.problem import CostGraph

@@ -1,0 +1,466 @@
+"""The exact per-op search without pipeline stages: the plain DP when the fastest plan fits
+in memory, otherwise a Lagrangian bound and an exact search over (time, memory) fronts within
+its gap (:mod:`taps_core.search.memory_bound`), over micro-batch counts and ZeRO stages.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from taps_core.collectives import CommCost, TopologyCost, VolumeCost
+from taps_core.costs import MODES
+from taps_core.errors import InfeasibleError, InvalidInputError
+from taps_core.graph import OpGraph
+from taps_core.linkmodel import LinkModel
+from taps_core.plan import OpChoice, Plan, SearchInfo, evaluate
+from taps_core.search.layered import Assignment
+from taps_core.search.memory_bound import Bounds, FrontSearch, dual_bounds, evaluate_at, memory_of
+from taps_core.search.memory_fit import within_limit
+from taps_core.search.problem import SearchProblem, StrategyFilter, build_problem
+from taps_core.solver.fronts import KnotError, TruncatedError
+from taps_core.strategies import Mesh, SearchSpace, op_strategies
+from taps_core.topology import Topology
+from taps_core.units import GiB
+
+COST_MODELS = ("topology", "volume")
+
+
+LEANEST_WEIGHT = 1e-3  # seconds per byte: memory dominates, time only breaks ties
+
+
+PROOF_TOLERANCE = 1e-9  # a plan within this fraction of the dual bound is proven optimal
+
+
+FIRST_GAP_FRACTION = 1 / 64  # the first front search keeps points this close to the bound
+
+
+def _fit_memory(
+    problem: SearchProblem,
+    limit: float,
+    mode: str,
+    cutoff: float = math.inf,
+    deadline: float = math.inf,
+) -> tuple[Assignment, SearchInfo, float]:
+    """The fastest plan within ``limit`` bytes per device, proven optimal (see
+    :mod:`taps_core.search.memory_bound`); the dual gap is reported when a proof is out of reach.
+    Raises :class:`_SlowerError` when even the unconstrained optimum is not below ``cutoff``
+    (seconds): nothing here can beat a plan already found."""
+    start = time.perf_counter()
+    fast = evaluate_at(problem, 0.0)
+    if fast[1] >= cutoff * (1 - 1e-12):
+        raise _SlowerError(fast[1])
+    algorithm = "dp-layered" if fast[0].stats.get("layered") else "dp-elimination"
+    count = problem.num_strategies
+
+    def info(status: str, lower: float | None, note: str, lam: float = 0.0) -> SearchInfo:
+        return SearchInfo(
+            algorithm, time.perf_counter() - start, count, status, lam, lower, note
+        )
+
+    if fast[2] <= limit:
+        return fast[0], info("optimal", fast[1], ""), fast[1]
+    lean = evaluate_at(problem, LEANEST_WEIGHT)
+    if lean[2] > limit:
+        raise _NoFitError(
+            fast[1],
+            f"memory: the leanest plan needs {lean[2] / GiB:.3g} GiB per device for {mode}, "
+            f"over the {limit / GiB:.3g} GiB limit; use more GPUs or a smaller batch"
+            + ("" if mode == "infer" else ", or plan inference")
+        )
+    bounds = dual_bounds(problem, limit, fast, lean)
+    if bounds.lower >= cutoff * (1 - 1e-12):
+        raise _SlowerError(fast[1])  # proven: no fitting plan here beats the one in hand
+    gap = bounds.best_time - bounds.lower
+    if gap <= PROOF_TOLERANCE * bounds.best_time:
+        return bounds.best, info(
+            "optimal", bounds.lower, "memory limit binds; optimal by the Lagrangian bound",
+            bounds.lam,
+        ), fast[1]
+    exact, tried, unproven = _deepening(problem, limit, bounds, deadline, cutoff)
+    if exact is None and tried < 0:
+        raise _SlowerError(fast[1])  # proven: every fitting plan is no faster than the cutoff
+    if exact is None:
+        return bounds.best, info(
+            "feasible",
+            bounds.lower,
+            f"memory limit binds; best plan within {gap:.3g} s of the Lagrangian bound "
+            f"(the exact front search outgrew its budget or time at a {tried:.3g} s gap)",
+            bounds.lam,
+        ), fast[1]
+    if unproven is not None:
+        better = exact if exact.cost < bounds.best_time else bounds.best
+        cost = min(exact.cost, bounds.best_time)
+        return better, info(
+            "feasible",
+            unproven,
+            f"memory limit binds; best plan within {cost - unproven:.3g} s of a proven bound "
+            "(the layer-count program hit its time limit)",
+            bounds.lam,
+        ), fast[1]
+    return exact, info(
+        "optimal",
+        exact.cost,
+        f"memory limit binds; exact over (time, memory) fronts within the "
+        f"{gap:.3g} s dual gap",
+        bounds.lam,
+    ), fast[1]
+
+
+class SlowerThanCutoffError(Exception):
+    """No plan of the searched space beats the cutoff (seconds): proven by bounds."""
+
+
+class _SlowerError(Exception):
+    """The unconstrained optimum (seconds) is no faster than a plan already found."""
+
+    def __init__(self, free_time_s: float) -> None:
+        super().__init__(free_time_s)
+        self.free_time_s = free_time_s
+
+
+class _NoFitError(InfeasibleError):
+    """Nothing fits; carries the unconstrained optimum's time (a bound for other settings)."""
+
+    def __init__(self, free_time_s: float, message: str) -> None:
+        super().__init__(message)
+        self.free_time_s = free_time_s
+
+
+def _deepening(
+    problem: SearchProblem,
+    limit: float,
+    bounds: Bounds,
+    deadline: float = math.inf,
+    cutoff: float = math.inf,
+) -> tuple[Assignment | None, float, float | None]:
+    """Front searches with a growing gap until one proves its answer: a pass keeping every plan
+    within ``g`` of the dual bound is exact once its best time is within ``g`` of it too. No
+    gap beyond ``cutoff`` (seconds, a plan already in hand) is needed: a pass up to it that
+    finds nothing proves no fitting plan is faster (gap tried returned as -1).
+
+    Returns (plan, gap tried, lower bound when the plan is not proven optimal)."""
+    try:
+        fs = FrontSearch.prepare(problem, limit, bounds.lam)
+    except KnotError:  # no series-parallel schedule: the dual gap stands
+        return None, 0.0, None
+    full = bounds.best_time - bounds.lower
+    if cutoff < bounds.best_time:
+        full = cutoff - bounds.lower
+    g = full * FIRST_GAP_FRACTION
+    while True:
+        try:
+            found = fs.run(bounds.lower + g, deadline=deadline)
+        except TruncatedError:
+            return None, g, None
+        if found is not None and "lower_bound_s" in found.stats:
+            # the chain's integer program ran out of time: its bound holds for plans within g
+            return found, g, max(bounds.lower, min(found.stats["lower_bound_s"], bounds.lower + g))
+        if found is not None and found.cost - bounds.lower <= g * (1 + 1e-9):
+            return found, g, None
+        if g >= full:
+            if found is None and cutoff < bounds.best_time:
+                return None, -1.0, None
+            return found, g, None
+        g = min(full, g * 4)
+
+
+def check_workload(graph: OpGraph, topology: Topology, space: SearchSpace = SearchSpace()) -> None:
+    """Reject workloads the cluster cannot run sensibly, naming the field to change.
+
+    The global batch must split evenly over the nodes (data parallelism across nodes is what
+    every baseline assumes), and the model's largest op must be splittable over every GPU.
+    """
+    cfg = graph.meta.get("config")
+    batch = getattr(cfg, "batch_size", None)
+    if batch is not None and batch % topology.nodes:
+        raise InvalidInputError(
+            "batch_size", batch, f"a multiple of the {topology.nodes} nodes of {topology.name}"
+        )
+    heaviest = max(graph.ops, key=graph.flops)
+    mesh = Mesh(topology.nodes, topology.gpus_per_node)
+    if not any(s.ways() == mesh.devices for s in op_strategies(graph, heaviest, mesh, space)):
+        raise InvalidInputError(
+            "topology",
+            f"{topology.name} ({mesh.devices} GPUs)",
+            f"a cluster the model can use: its largest op {heaviest.name} cannot be split over "
+            f"{mesh.devices} GPUs; use fewer GPUs or a larger batch",
+        )
+
+
+def search_flat(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str,
+    cost_model: str,
+    memory_limit_bytes: float | None,
+    space: SearchSpace,
+    allow: StrategyFilter | None,
+    label: str,
+    links: LinkModel | None,
+    time_budget_s: float | None,
+    cutoff_s: float = math.inf,
+) -> Plan:
+    """The best plan without pipeline stages (see :func:`search`), within the memory limit
+    with its transient buffers counted exactly (:func:`within_limit`). Raises
+    :class:`SlowerThanCutoffError` when it is proven no faster than ``cutoff_s`` seconds."""
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    if not limit > 0:
+        raise InvalidInputError("memory_limit", limit, "> 0")
+
+    def run(search_limit: float) -> Plan:
+        return search_flat_at(
+            graph, topology, mode=mode, cost_model=cost_model, memory_limit_bytes=search_limit,
+            space=space, allow=allow, label=label, links=links, time_budget_s=time_budget_s,
+            cutoff_s=cutoff_s,
+        )
+
+    return within_limit(run, limit)
+
+
+def search_flat_at(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str,
+    cost_model: str,
+    memory_limit_bytes: float | None,
+    space: SearchSpace,
+    allow: StrategyFilter | None,
+    label: str,
+    links: LinkModel | None,
+    time_budget_s: float | None,
+    cutoff_s: float = math.inf,
+) -> Plan:
+    """One search of :func:`_search_flat` at a given limit."""
+    if mode not in MODES:
+        raise InvalidInputError("mode", mode, f"one of {MODES}")
+    if cost_model not in COST_MODELS:
+        raise InvalidInputError("cost_model", cost_model, f"one of {COST_MODELS}")
+    check_workload(graph, topology, space)
+    links = links or LinkModel(topology)
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    if limit <= 0:
+        raise InvalidInputError("memory_limit", limit, "> 0")
+    comm: CommCost = TopologyCost(links) if cost_model == "topology" else VolumeCost()
+    start = time.perf_counter()
+    deadline = math.inf if time_budget_s is None else start + time_budget_s
+    # gradient accumulation: k micro-batches never run faster than k's divisors do without a
+    # memory limit, so a count is searched only while that bound can still beat the best
+    free: dict[int, float] = {}
+    best: tuple[float, float, int, OpGraph, SearchProblem, Assignment, SearchInfo] | None = None
+    explored: list[SearchInfo] = []
+    error: InfeasibleError | None = None
+    unexplored: list[float] = []
+    cut = False  # some count was skipped as no faster than the cutoff
+    for k in microbatch_counts(graph, topology, mode):
+        bound = max((free[d] for d in free if k % d == 0), default=0.0)
+        bar = min(best[0] if best is not None else math.inf, cutoff_s)
+        if bound >= bar * (1 - 1e-12):
+            cut = cut or best is None
+            continue
+        if best is not None and time.perf_counter() > deadline:
+            unexplored.append(bound)  # out of time: only its divisors' bound is known
+            continue
+        g_k = graph if k == 1 else _micro_graph(graph, k)
+        problem = build_problem(
+            g_k, topology, mode, comm, space=space, allow=allow, microbatches=k
+        )
+        if best is not None:
+            stage = useful_zero_stages(mode, k)[0]
+            free[k] = evaluate_at(problem.restricted(stage), 0.0)[1]
+            if free[k] >= bar * (1 - 1e-12):
+                continue  # even without a memory limit k micro-batches are slower
+        try:
+            sub, sol, info, free[k] = _best_zero_stage(problem, limit, mode, bar, deadline)
+        except _NoFitError as err:
+            free[k] = err.free_time_s
+            error = err if error is None else error
+            continue
+        except _SlowerError as err:
+            free[k] = err.free_time_s
+            cut = cut or best is None
+            continue
+        explored.append(info)
+        memory = memory_of(sub, sol)
+        if best is None or (sol.cost, memory) < best[:2]:
+            best = (sol.cost, memory, k, g_k, sub, sol, info)
+        if sol.cost <= free[k] * (1 + 1e-12):
+            break  # the unconstrained optimum fits: more micro-batches cannot be faster
+    if best is None and (cut or error is None):
+        raise SlowerThanCutoffError(cutoff_s)
+    if best is None:
+        assert error is not None
+        raise InfeasibleError(str(error))
+    cost, _, k, g_k, problem, sol, info = best
+    lower = min(
+        [(x.lower_bound_s if x.lower_bound_s is not None else cost) for x in explored]
+        + unexplored
+    )
+    proven = cost <= lower * (1 + 1e-9) and all(
+        x.status == "optimal" or (x.lower_bound_s or 0.0) >= cost * (1 - 1e-9) for x in explored
+    )
+    note = info.note + (f"; {k} micro-batches" if k > 1 else "")
+    if unexplored:
+        note += f"; {len(unexplored)} micro-batch counts left unsearched (time budget)"
+    info = SearchInfo(
+        info.algorithm,
+        time.perf_counter() - start,
+        info.num_strategies,
+        "optimal" if proven else "feasible",
+        info.memory_weight,
+        min(lower, cost),
+        note.lstrip("; "),
+    )
+    choice = choices_of(problem, sol)
+    return evaluate(
+        g_k,
+        links,
+        mode,
+        choice,
+        label=label,
+        cost_model=cost_model,
+        search=info,
+        memory_limit_bytes=limit,
+        microbatches=k,
+    )
+
+
+def search_fixed(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str,
+    comm: CommCost,
+    limit: float,
+    microbatches: int = 1,
+    activation_copies: int = 1,
+    zero_stages: tuple[int, ...] | None = None,
+    space: SearchSpace = SearchSpace(),
+    allow: StrategyFilter | None = None,
+    deadline: float = math.inf,
+) -> tuple[SearchProblem, Assignment, SearchInfo]:
+    """The exact search at one micro-batch count (``graph`` is one micro-batch), as a pipeline
+    stage needs it: ``activation_copies`` micro-batches held at once, given ZeRO stages.
+    Raises InfeasibleError when nothing fits."""
+    problem = build_problem(
+        graph, topology, mode, comm, space=space, allow=allow, microbatches=microbatches,
+        activation_copies=activation_copies,
+    )
+    try:
+        sub, sol, info, _ = _best_zero_stage(
+            problem, limit, mode, deadline=deadline, stages=zero_stages
+        )
+    except _NoFitError as err:
+        raise InfeasibleError(str(err)) from None
+    return sub, sol, info
+
+
+def useful_zero_stages(mode: str, microbatches: int = 1) -> tuple[int, ...]:
+    """ZeRO stages that can win, in order of time. With one micro-batch, stages 0 and 1 move
+    the same bytes as stage 2 and hold more, so stage 2 dominates them; with gradient
+    accumulation stage 1 reduces once per step where stage 2 reduce-scatters per micro-batch.
+    In inference, weights are either held (0) or sharded and gathered before use (3)."""
+    if mode != "train":
+        return (0, 3)
+    return (2, 3) if microbatches == 1 else (1, 2, 3)
+
+
+def _best_zero_stage(
+    problem: SearchProblem,
+    limit: float,
+    mode: str,
+    cutoff: float = math.inf,
+    deadline: float = math.inf,
+    stages: tuple[int, ...] | None = None,
+) -> tuple[SearchProblem, Assignment, SearchInfo, float]:
+    """The fastest fitting plan over the plan-wide ZeRO stages (each searched exactly), and
+    the unconstrained optimum's time (seconds).
+
+    A later stage never runs faster than an earlier one with the same shardings, so once an
+    unconstrained optimum fits, the later stages are skipped."""
+    found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
+    error: InfeasibleError | None = None
+    free = math.inf
+    for zero in stages or useful_zero_stages(mode, problem.microbatches):
+        sub = problem.restricted(zero)
+        bar = min((x[3] for x in found), default=cutoff)
+        try:
+            sol, info, fast = _fit_memory(sub, limit, mode, bar, deadline)
+        except _NoFitError as err:
+            error = err
+            free = min(free, err.free_time_s)
+            continue
+        except _SlowerError as err:
+            free = min(free, err.free_time_s)
+            continue
+        free = min(free, fast)
+        found.append((sub, sol, info, sol.cost))
+        if info.status == "optimal" and not info.memory_weight and not info.note:
+            break  # the unconstrained optimum fits: no later stage is faster
+    if not found:
+        if error is None:
+            raise _SlowerError(free)
+        raise _NoFitError(free, str(error))
+    best = min(found, key=lambda x: (x[3], memory_of(x[0], x[1])))
+    lower = min(
+        (x[2].lower_bound_s if x[2].lower_bound_s is not None else x[3]) for x in found
+    )
+    sub, sol, info, cost = best
+    proven = cost <= lower * (1 + 1e-9) and all(
+        x[2].status == "optimal" or (x[2].lower_bound_s or 0.0) >= cost * (1 - 1e-9)
+        for x in found
+    )
+    note = info.note
+    if len(found) > 1:
+        note = (note + "; " if note else "") + (
+            f"ZeRO stage {_stage(sub)} fastest of {', '.join(str(_stage(x[0])) for x in found)}"
+        )
+    return sub, sol, SearchInfo(
+        info.algorithm,
+        sum(x[2].time_s for x in found),
+        info.num_strategies,
+        "optimal" if proven else "feasible",
+        info.memory_weight,
+        min(lower, cost),
+        note,
+    ), free
+
+
+def _stage(problem: SearchProblem) -> int:
+    """The plan-wide ZeRO stage of a restricted problem."""
+    return max(z[0] for z in problem.option_zero.values())
+
+
+def microbatch_counts(graph: OpGraph, topology: Topology, mode: str) -> list[int]:
+    """Gradient-accumulation steps the search may use (training): every k that divides the
+    batch so that each micro-batch still splits over the nodes. 1 alone in inference or for a
+    graph without a model config to rebuild at the micro-batch size."""
+    cfg = graph.meta.get("config")
+    batch = getattr(cfg, "batch_size", None)
+    if mode != "train" or batch is None or not hasattr(cfg, "with_workload"):
+        return [1]
+    per_node = batch // topology.nodes
+    return [k for k in range(1, per_node + 1) if per_node % k == 0]
+
+
+def _micro_graph(graph: OpGraph, k: int) -> OpGraph:
+    """The model graph at 1/k of the batch (one micro-batch)."""
+    from taps_core.models import build_graph
+
+    cfg = graph.meta["config"]
+    return build_graph(cfg.with_workload(batch_size=cfg.batch_size // k))  # type: ignore[attr-defined]
+
+
+def choices_of(problem: SearchProblem, sol: Assignment) -> dict[str, OpChoice]:
+    """Every op's strategy, ZeRO stage and recomputation from a solved assignment."""
+    out: dict[str, OpChoice] = {}
+    for node, names in problem.members.items():
+        s = problem.strategies[node][sol.strategies[node]]
+        zero = problem.option_zero[node][sol.options[node]]
+        lay = problem.layer[node]
+        rc = bool(sol.recompute.get(lay, False)) if lay is not None else False
+        for name in names:
+            out[name] = OpChoice(s, zero, rc)
+    return {op.name: out[op.name] for op in problem.graph.ops}

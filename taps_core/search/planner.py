@@ -1,0 +1,231 @@
+"""TAPS: the plan search. The fastest configuration Megatron-LM or DeepSpeed would run
+(:mod:`taps_core.search.configs`) seeds the exact per-op search without stages
+(:mod:`taps_core.search.flat`) as a cutoff; the pipeline search (:mod:`taps_core.search.pipeline`)
+runs where no seed applies. A plan's status is "optimal" only when that is proven.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from taps_core.errors import InfeasibleError
+from taps_core.graph import OpGraph
+from taps_core.linkmodel import LinkModel
+from taps_core.plan import Plan, SearchInfo
+from taps_core.search.configs import compute_floor_s, search_configurations, supports
+from taps_core.search.flat import SlowerThanCutoffError, search_flat
+from taps_core.search.pipeline import objective, plan_setting, search_pipeline
+from taps_core.search.problem import StrategyFilter
+from taps_core.strategies import SearchSpace
+from taps_core.topology import Topology
+
+DEFAULT_TIME_BUDGET_S = 60.0  # the exact memory-bound search reports its gap past this
+
+
+PIPELINE_COMM_SHARE = 0.1  # pipelines are tried when communication is at least this share
+
+
+# said in the note of every plan whose proof leaves pipeline shapes out (the dashboard reads it)
+STAGES_UNPROVEN = "other pipeline shapes are not proven"
+
+
+def search(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str = "train",
+    cost_model: str = "topology",
+    memory_limit_bytes: float | None = None,
+    space: SearchSpace = SearchSpace(),
+    allow: StrategyFilter | None = None,
+    label: str = "taps",
+    links: LinkModel | None = None,
+    time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
+    pipeline: bool | None = None,
+    allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None = None,
+    expert_seed: bool = True,
+) -> Plan:
+    """Best plan under ``cost_model`` within ``space`` (and ``allow``), reported topology-aware.
+
+    With ``expert_seed`` (TAPS: the topology model, the default space, no ``allow``), the
+    fastest configuration Megatron-LM or DeepSpeed would run is found first, exhaustively
+    (:func:`expert_plan`): it bounds the exact search without stages (what cannot beat it is
+    pruned by proven bounds) and TAPS never returns a slower plan. ``pipeline``: False keeps to
+    plans without stages; True also searches every stage of the seed's pipeline shape exactly
+    (minutes on large models, guarded by ``time_budget_s``); None neither.
+
+    Without a seed (a model that is not a stack of identical layers, or rules in ``allow``),
+    ``pipeline`` None tries stages in training on several hosts when the plan without stages
+    does not fit, is memory-bound or spends >= 10% of its step communicating, and the rules can
+    be applied per stage (``allow_for(stage graph, stage cluster)``); the faster plan wins.
+
+    Raises InfeasibleError when no plan fits the memory limit (default: the GPU's memory).
+    The exact search under a binding memory limit stops after ``time_budget_s`` seconds
+    (None: no limit) with the best plan found and a proven lower bound (status "feasible").
+    """
+    start = time.perf_counter()
+    seed = None
+    if allow is None and cost_model == "topology" and expert_seed and space == SearchSpace():
+        seed = expert_plan(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes,
+                           links=links, max_stages=1 if pipeline is False else None)
+    cutoff = seed.total_time_s if seed is not None else math.inf
+    flat: Plan | None = None
+    error: InfeasibleError | None = None
+    cut = False  # the search without stages proved nothing there beats the seed
+    try:
+        flat = search_flat(
+            graph, topology, mode=mode, cost_model=cost_model,
+            memory_limit_bytes=memory_limit_bytes, space=space, allow=allow, label=label,
+            links=links, time_budget_s=time_budget_s, cutoff_s=cutoff,
+        )
+    except InfeasibleError as err:
+        error = err
+    except SlowerThanCutoffError:
+        cut = True
+    if seed is not None:
+        flat_proven = cut or (flat is not None and flat.search.status == "optimal")
+        return _with_seed(graph, topology, flat, flat_proven, seed, mode, memory_limit_bytes,
+                          space, links, label, start, pipeline, time_budget_s)
+    if pipeline is None:
+        # worth trying in training on several hosts when the plan without stages is not
+        # already compute-bound: nothing fits, memory binds, or communication is >= 10%
+        rules_per_stage = allow is None or allow_for is not None
+        pressed = flat is None or bool(flat.search.note) or (
+            flat.comm_time_s >= PIPELINE_COMM_SHARE * flat.total_time_s
+        )
+        pipeline = mode == "train" and topology.nodes > 1 and rules_per_stage and pressed
+    if pipeline:
+
+        left = None if time_budget_s is None else max(
+            5.0, time_budget_s - (time.perf_counter() - start)
+        )
+        piped = search_pipeline(
+            graph, topology, mode=mode, cost_model=cost_model,
+            memory_limit_bytes=memory_limit_bytes, allow_for=allow_for, space=space,
+            label=label, links=links or LinkModel(topology), time_budget_s=left,
+        )
+        if piped is not None and (
+            flat is None or objective(piped, cost_model) < objective(flat, cost_model)
+        ):
+            note = "pipelined: faster than the best plan without stages" if flat is not None else (
+                "pipelined: no plan without stages fits"
+            )
+            return replace(
+                piped,
+                search=replace(
+                    piped.search,
+                    time_s=time.perf_counter() - start,
+                    note=f"{piped.search.note}; {note}",
+                ),
+            )
+    if flat is None:
+        assert error is not None
+        raise error
+    return flat
+
+
+def expert_plan(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    mode: str = "train",
+    memory_limit_bytes: float | None = None,
+    links: LinkModel | None = None,
+    max_stages: int | None = None,
+) -> Plan | None:
+    """The fastest configuration Megatron-LM or DeepSpeed would run (exhaustive, see
+    :mod:`taps_core.search.configs`) with at most ``max_stages`` pipeline stages, or None when
+    none fits or the model is not a stack of identical layers built from a config."""
+
+    if not supports(graph):
+        return None
+    found = [
+        search_configurations(graph, topology, mode=mode, space=sp,
+                              memory_limit_bytes=memory_limit_bytes, links=links,
+                              max_stages=max_stages).plan
+        for sp in ("megatron", "deepspeed")
+    ]
+    plans = [p for p in found if p is not None]
+    return min(plans, key=lambda p: (p.total_time_s, p.search.algorithm)) if plans else None
+
+
+def _with_seed(
+    graph: OpGraph,
+    topology: Topology,
+    flat: Plan | None,
+    flat_proven: bool,
+    seed: Plan,
+    mode: str,
+    memory_limit_bytes: float | None,
+    space: SearchSpace,
+    links: LinkModel | None,
+    label: str,
+    start: float,
+    pipeline: bool | None,
+    time_budget_s: float | None,
+) -> Plan:
+    """TAPS's answer given the fastest framework configuration ``seed``: the best plan without
+    stages when it beats the seed, else the seed. With ``pipeline`` True a pipelined seed's
+    shape (stages, split, micro-batches) is kept and every stage's plan searched exactly within
+    ``time_budget_s`` (never slower than the seed, whose stage plans lie in that space).
+
+    ``flat_proven``: the search without stages proved its optimum (or that nothing beats the
+    seed). The status is "optimal" only when that covers the whole space asked for: stages
+    excluded (``pipeline`` False) or impossible (inference, one host, one layer). Otherwise it
+    is "feasible" with the compute floor (every FLOP at peak x efficiency on every GPU) as the
+    certified bound."""
+
+    staged = pipeline is not False and mode == "train" and topology.nodes > 1 and (
+        graph.num_layers >= 2
+    )
+    open_note = STAGES_UNPROVEN
+    if flat is not None and flat.total_time_s < seed.total_time_s:
+        if not staged or flat.search.status != "optimal":
+            return flat  # proven over the whole space asked for (or its own gap stands)
+        return replace(flat, search=replace(
+            flat.search,
+            time_s=time.perf_counter() - start,
+            status="feasible",
+            lower_bound_s=compute_floor_s(graph, topology, mode),
+            note="; ".join(x for x in (
+                flat.search.note,
+                f"optimal among plans without stages and faster than every framework "
+                f"configuration; {open_note}",
+            ) if x),
+        ))
+    best, how, guard = seed, f"the fastest framework configuration ({seed.search.note})", ""
+    if pipeline is True and seed.pipeline is not None:
+        st = seed.pipeline.stages
+        deadline = math.inf if time_budget_s is None else start + time_budget_s
+        refined = plan_setting(
+            graph, topology, p=len(st), m=seed.pipeline.microbatches,
+            split=tuple(s.layers[1] - s.layers[0] + 1 for s in st), mode=mode,
+            memory_limit_bytes=memory_limit_bytes, space=space, links=links, deadline=deadline,
+        )
+        if refined is None and time.perf_counter() > deadline:
+            guard = "; stage refinement stopped by the time budget"
+        if refined is not None and refined.total_time_s < seed.total_time_s * (1 - 1e-12):
+            best = refined
+            how = (
+                f"the stage shape of the fastest framework configuration "
+                f"({seed.search.note.split(': ')[-1]}), every stage's plan searched exactly"
+            )
+    flat_note = (
+        f"the best plan without stages takes {flat.total_time_s:.4g} s" if flat is not None
+        else "no plan without stages beats it (proven by bounds)" if flat_proven
+        else "no plan without stages found"
+    )
+    proven = flat_proven and not staged and best.pipeline is None
+    info = SearchInfo(
+        seed.search.algorithm if best is seed else "taps-stages",
+        time.perf_counter() - start,
+        best.search.num_strategies,
+        "optimal" if proven else "feasible",
+        0.0,
+        best.total_time_s if proven else compute_floor_s(graph, topology, mode),
+        f"{how}; {flat_note}" + ("" if proven else f"; {open_note}") + guard,
+    )
+    return replace(best, label=label, cost_model="topology", search=info)
