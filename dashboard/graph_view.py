@@ -1,35 +1,69 @@
 """The operator graph as a left-to-right DAG, with repeated layers folded into one block.
 
 Two layers are *identical* when they have the same ops (names relative to the layer), output
-shapes, strategies, ZeRO stages, recomputation and pipeline stage. Collapsed, each distinct
-layer is drawn once, marked ``x N``; edges from one copy of a layer to the next would loop back
-into the block and are dropped. Positions come from networkx's topological generations (x) and
-the order inside a generation (y). A pipelined plan's stages are shaded bands.
+shapes, strategies, ZeRO stages and recomputation; the pipeline stage does not count, so the 80
+layers of a 16-stage Llama fold into one block and the stages become shaded bands with their
+layer ranges. Collapsed, each distinct layer is drawn once, marked with its layer range; edges
+from one copy of a layer to the next would loop back into the block and are dropped. Positions
+come from networkx's topological generations (x) and the order inside a generation (y).
+
+Colour says how an op is split and which level carries it: the fill is the split inside a host,
+the ring around it the split across hosts (grey = replicated there). The classes (batch,
+sequence, tensor column / row / between them, 2-D, expert) are read from the plan's strategies,
+never recomputed. The default view shows every column; labels are placed by a greedy pass over
+estimated text boxes (font size x characters, in pixels of a ``width_px`` wide figure) so no
+two overlap, shortened or left to the hover when there is no room.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import networkx as nx
 import plotly.graph_objects as go
 
-from dashboard.charts import FONT, SHARDING_COLORS, style
+from dashboard.charts import FONT, style
 from dashboard.pipeline_view import stage_label
 from taps_core.explain import layer_relative_names
 from taps_core.graph import OpGraph
-from taps_core.plan import OpPlan, Plan
+from taps_core.plan import OpPlan, Plan, StageInfo
 from taps_core.report import (
-    SHARDING_CLASSES,
     fmt_bytes,
     fmt_seconds,
-    sharding_class,
     strategy_words,
 )
+from taps_core.strategies import DEFERRABLE_KINDS
 
-MAX_VISIBLE_GENERATIONS = 28  # wider graphs open zoomed on their start (labels stay legible)
+MAX_VISIBLE_GENERATIONS = 28  # the expanded view opens on its first columns (pan for the rest)
+DEFAULT_WIDTH_PX = 1100  # the width labels are laid out for (the page is at least this wide)
+CHAR_EM = 0.6  # estimated character width / font size (Inter/Arial average, rounded up)
+
+# split classes, one colour each (Okabe-Ito): blues for token splits, warm for tensor splits
+BATCH = "batch (data parallel)"
+SEQUENCE = "sequence"
+COLUMN = "tensor: column"
+ROW = "tensor: row (partial sums)"
+BETWEEN = "tensor: heads/features"
+TWO_D = "2-D (two kinds of split)"
+EXPERT = "expert"
+REPLICATED = "replicated"
+SPLIT_COLORS: dict[str, str] = {
+    REPLICATED: "#BBBBBB",
+    BATCH: "#0072B2",
+    SEQUENCE: "#56B4E9",
+    COLUMN: "#E69F00",
+    BETWEEN: "#F0E442",
+    ROW: "#009E73",
+    TWO_D: "#CC79A7",
+    EXPERT: "#D55E00",
+}
+SPLIT_CLASSES = tuple(SPLIT_COLORS)
+STAGE_FILLS = ("rgba(86,180,233,0.16)", "rgba(230,159,0,0.14)")  # sky blue, orange (Okabe-Ito)
+FILL_PX, RING_PX = 16, 26  # marker sizes: the fill (inside a host) and the ring (across hosts)
+ROW_PX = 58  # vertical pixels between two ops of one column
 
 
 def _relative_names(plan: Plan) -> dict[str, str]:
@@ -50,14 +84,14 @@ class LayerGroups:
 
 
 def layer_groups(plan: Plan, graph: OpGraph) -> LayerGroups:
-    """Group identical layers of a plan (see the module docstring)."""
+    """Group identical layers of a plan (see the module docstring: stages do not count)."""
     relative = _relative_names(plan)
     sig: dict[int, list[tuple]] = {}
     for op in plan.ops:
         if op.layer is not None:
             shape = graph.tensors[graph.op_by_name[op.name].output].shape
             sig.setdefault(op.layer, []).append(
-                (relative[op.name], op.strategy.label(), shape, op.zero, op.recompute, op.stage)
+                (relative[op.name], op.strategy.label(), shape, op.zero, op.recompute)
             )
     first: dict[tuple, int] = {}
     rep: dict[int, int] = {}
@@ -88,6 +122,11 @@ class DagLayout:
     edges: tuple[tuple[str, str], ...]
     blocks: tuple[tuple[int, int, tuple[str, ...]], ...]  # (layer, copies, its ops)
     groups: LayerGroups
+    expand: bool = False
+
+    def members(self, name: str) -> tuple[str, ...]:
+        """The plan ops a shown op stands for (itself when expanded)."""
+        return (name,) if self.expand else self.groups.members[name]
 
 
 def dag_layout(plan: Plan, graph: OpGraph, *, expand: bool = False) -> DagLayout:
@@ -120,12 +159,42 @@ def dag_layout(plan: Plan, graph: OpGraph, *, expand: bool = False) -> DagLayout
         (layer, 1 if expand else groups.count.get(layer, 1), tuple(names))
         for layer, names in by_layer.items()
     ]
-    return DagLayout(tuple(shown), pos, tuple(dag.edges), tuple(blocks), groups)
+    return DagLayout(tuple(shown), pos, tuple(dag.edges), tuple(blocks), groups, expand)
 
 
-def inside_class(op: OpPlan) -> str:
-    """Sharding class of an op's split inside a host alone (replicated inside = grey)."""
-    return sharding_class(replace(op, strategy=replace(op.strategy, inter=())))
+# ---- what colour an op gets --------------------------------------------------------------------
+
+
+def level_class(op: OpPlan, level: str) -> str:
+    """The split class of an op on one mesh level (``inter`` or ``intra``), from its strategy.
+
+    Batch-like letters (batch, expert tokens) make a batch split, the sequence letter a sequence
+    split, any other letter a tensor split: *column* for a weight op (matmul, embedding, conv)
+    that does not contract it, *row* when it contracts it (partial sums), *heads/features* for
+    the ops between them (norms, adds, activations, attention, loss). Two kinds at once are 2-D.
+    """
+    letters = {ch for ch, f in op.strategy.level(level) if f > 1}
+    if not letters:
+        return REPLICATED
+    if "e" in letters:
+        return EXPERT
+    model = letters - {"b", "c", "s"}
+    kinds = {"batch"} if letters & {"b", "c"} else set()
+    kinds |= {"sequence"} if "s" in letters else set()
+    kinds |= {"tensor"} if model else set()
+    if len(kinds) > 1:
+        return TWO_D
+    if "batch" in kinds:
+        return BATCH
+    if "sequence" in kinds:
+        return SEQUENCE
+    if op.kind not in DEFERRABLE_KINDS:
+        return BETWEEN
+    inputs, output = op.einsum.split("->")
+    contracted = set(inputs.replace(",", "")) - set(output)
+    if model <= contracted:
+        return ROW
+    return COLUMN if not model & contracted else TWO_D
 
 
 def host_counts(plan: Plan) -> dict[int | None, int]:
@@ -136,6 +205,17 @@ def host_counts(plan: Plan) -> dict[int | None, int]:
     return out
 
 
+def across_class(op: OpPlan, hosts: int) -> str | None:
+    """The split class across the hosts an op runs on (None: it runs on one host)."""
+    return None if hosts <= 1 else level_class(op, "inter")
+
+
+def split_words(op: OpPlan, hosts: int) -> str:
+    """The figure's colours in words: ``tensor: column inside, batch (data parallel) across``."""
+    across = across_class(op, hosts)
+    return f"{level_class(op, 'intra')} inside" + ("" if across is None else f", {across} across")
+
+
 def across_state(op: OpPlan, nodes: int) -> str:
     """``split`` (uses every host it runs on: the cluster's, or its pipeline stage's),
     ``repeated`` (those hosts repeat it) or ``single`` (one host)."""
@@ -144,37 +224,150 @@ def across_state(op: OpPlan, nodes: int) -> str:
     return "split" if math.prod(f for _, f in op.strategy.inter) == nodes else "repeated"
 
 
-def label_chars(lay: DagLayout, width_px: int = 1100) -> int:
-    """Characters a label may use so neighbours never overlap (0: no labels).
+# ---- text boxes in pixels ----------------------------------------------------------------------
 
-    Labels alternate above and below their node column by column, so a label may span two
-    columns; at 12 px a character is about 7 px wide. Columns closer than 30 px get none.
-    """
-    columns = min(
-        int(max((x for x, _ in lay.pos.values()), default=0)) + 1, MAX_VISIBLE_GENERATIONS
-    )
-    per_column = width_px / max(columns, 1)
-    return 0 if per_column < 30 else max(4, int(2 * per_column / 7) - 1)
+
+def text_width_px(text: str, size: float, *, bold: bool = False) -> float:
+    """Estimated width of one line of text: characters x font size x :data:`CHAR_EM`."""
+    return len(text) * size * (CHAR_EM + (0.04 if bold else 0.0)) + 4
+
+
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels of the plot area
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+class _Boxes:
+    """Boxes already taken, bucketed by x (a label only meets its neighbours)."""
+
+    def __init__(self, bucket_px: float = 120.0) -> None:
+        self.bucket = bucket_px
+        self.cells: dict[int, list[Box]] = {}
+
+    def _keys(self, b: Box) -> range:
+        return range(int(b[0] // self.bucket), int(b[2] // self.bucket) + 1)
+
+    def free(self, b: Box) -> bool:
+        return not any(_overlap(b, o) for k in self._keys(b) for o in self.cells.get(k, ()))
+
+    def add(self, b: Box) -> None:
+        for k in self._keys(b):
+            self.cells.setdefault(k, []).append(b)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """Data coordinates to pixels of the plot area (y up)."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    width_px: float
+    height_px: float
+
+    def px(self, x: float, y: float) -> tuple[float, float]:
+        return (
+            (x - self.x0) / (self.x1 - self.x0) * self.width_px,
+            (y - self.y0) / (self.y1 - self.y0) * self.height_px,
+        )
+
+    def data_y(self, py: float) -> float:
+        return self.y0 + py / self.height_px * (self.y1 - self.y0)
+
+    def data_dx(self, dpx: float) -> float:
+        return dpx / self.width_px * (self.x1 - self.x0)
 
 
 def _short(name: str, chars: int) -> str:
     return name if len(name) <= chars else name[: max(chars - 1, 1)] + "…"
 
 
-def _hover(op: OpPlan, graph: OpGraph, copies: int, differs: int | None, baseline: str) -> str:
+def _fit(options: Iterable[str], room_px: float, size: float, *, bold: bool = False) -> str:
+    """The first (longest) text that fits ``room_px``; empty when none does."""
+    for text in options:
+        if text_width_px(text, size, bold=bold) <= room_px:
+            return text
+    return ""
+
+
+def place_labels(
+    names: list[str], pos: dict[str, tuple[float, float]], text: dict[str, str], frame: _Frame,
+    taken: _Boxes, *, size: float = 12,
+) -> dict[str, tuple[float, float, str]]:
+    """Greedy labels: each op's name above or below its marker, shortened to fit, or none.
+
+    Returns ``{op: (x, y, text)}`` with (x, y) the label's centre in data coordinates; no two
+    returned boxes overlap each other, a marker, or a box already in ``taken``.
+    """
+    half = RING_PX / 2 + 1
+    for n in names:  # every marker is an obstacle first
+        x, y = frame.px(*pos[n])
+        taken.add((x - half, y - half, x + half, y + half))
+    out: dict[str, tuple[float, float, str]] = {}
+    h = size * 1.3
+    for n in sorted(names, key=lambda n: (pos[n][0], -pos[n][1])):
+        x, y = frame.px(*pos[n])
+        if not -half <= x <= frame.width_px + half:
+            continue  # outside the opening view (expanded graphs): the hover names it
+        full = text[n]
+        variants = [full] + [_short(full, k) for k in range(len(full) - 1, 3, -1)]
+        for label in variants:
+            w = text_width_px(label, size)
+            spot = None
+            for cy in (y + half + 2 + h / 2, y - half - 2 - h / 2):
+                box = (x - w / 2, cy - h / 2, x + w / 2, cy + h / 2)
+                if box[0] >= -30 and box[2] <= frame.width_px + 30 and taken.free(box):
+                    spot = (cy, box)
+                    break
+            if spot is not None:
+                taken.add(spot[1])
+                out[n] = (pos[n][0], frame.data_y(spot[0]), label)
+                break
+    return out
+
+
+# ---- the figure --------------------------------------------------------------------------------
+
+
+def _ranges(values: Iterable[int]) -> str:
+    """``0–11, 20–23`` for sorted runs of integers."""
+    vs = sorted(set(values))
+    runs: list[list[int]] = []
+    for v in vs:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
+
+
+def _hover(
+    op: OpPlan, graph: OpGraph, members: tuple[OpPlan, ...], differs: int | None, baseline: str,
+    hosts: int,
+) -> str:
     spec = graph.op_by_name[op.name]
     ins = "<br>".join(f"&nbsp;&nbsp;{t} {list(graph.tensors[t].shape)}" for t in spec.inputs)
     out = graph.tensors[spec.output]
+    copies = len(members)
+    layers = [m.layer for m in members if m.layer is not None]
+    stages = [m.stage for m in members if m.stage is not None]
+    across = across_class(op, hosts)
     lines = [
-        f"<b>{op.name}</b> ({op.kind})" + (f" ×{copies} identical layers" if copies > 1 else ""),
+        f"<b>{op.name}</b> ({op.kind})"
+        + (f" ×{copies} identical layers ({_ranges(layers)})" if copies > 1 else ""),
         f"einsum {op.einsum}",
         f"inputs:<br>{ins}",
         f"output: {spec.output} {list(out.shape)}",
-        f"strategy: {op.strategy.label()} ({sharding_class(op)})",
+        f"strategy: {op.strategy.label()}",
         f"= {strategy_words(op.strategy)}",
+        f"inside a host: {level_class(op, 'intra')}"
+        + ("" if across is None else f"; across hosts: {across}"),
         f"ZeRO-{op.zero}"
         + (", layer recomputed in backward" if op.recompute else "")
-        + (f", pipeline stage {op.stage}" if op.stage is not None else ""),
+        + (f", pipeline stage(s) {_ranges(stages)}" if stages else ""),
         f"compute {fmt_seconds(op.compute_s)}, comm {fmt_seconds(op.comm_time_s)} "
         f"({fmt_bytes(op.comm_bytes)})" + (" per layer" if copies > 1 else ""),
     ]
@@ -186,6 +379,17 @@ def _hover(op: OpPlan, graph: OpGraph, copies: int, differs: int | None, baselin
     return "<br>".join(lines)
 
 
+LEGENDS = (  # one legend row per kind of mark: (plotly legend id, title)
+    ("legend", "fill = split inside a host:"),
+    ("legend2", "ring = split across hosts:"),
+    ("legend3", "marks:"),
+)
+
+
+def _legend_key(fig: go.Figure, name: str, legend: str, marker: dict) -> None:
+    fig.add_scatter(x=[None], y=[None], mode="markers", name=name, legend=legend, marker=marker)
+
+
 def dag_figure(
     plan: Plan,
     graph: OpGraph,
@@ -195,220 +399,284 @@ def dag_figure(
     baseline: str = "",
     title: str | None = None,
     layout: DagLayout | None = None,
+    width_px: int = DEFAULT_WIDTH_PX,
 ) -> go.Figure:
-    """Plotly DAG coloured by sharding class; ``highlight`` ops get a red ring."""
+    """Plotly DAG coloured by split class per level; ``highlight`` ops get a red ring.
+
+    Folded (the default), every column is in view; expanded, the view opens on the first
+    :data:`MAX_VISIBLE_GENERATIONS` columns. Each marker's ``customdata`` is ``[name relative
+    to its layer, layer range or ""]``, so a reader (or a test) can tell which ops it stands for.
+    """
     lay = layout or dag_layout(plan, graph, expand=expand)
+    expand = lay.expand
     ops = {op.name: op for op in plan.ops}
     highlight = highlight or set()
+    hosts = host_counts(plan)
     fig = go.Figure()
-    ex, ey = [], []
+    xs = [p[0] for p in lay.pos.values()] or [0.0]
+    ys = [p[1] for p in lay.pos.values()] or [0.0]
+    columns = int(max(xs)) + 1
+    shown_cols = min(columns, MAX_VISIBLE_GENERATIONS) if expand else columns
+    staged = plan.pipeline is not None
+    row_px = max(26.0, min(ROW_PX, 640 / (max(ys) - min(ys) + 3)))
+    bottom = min(ys) - 0.8 - 12 / row_px
+    top = max(ys) + 0.8 + (22 + (26 if staged else 0) + 4) / row_px
+    margin_lr = 20
+    frame = _Frame(
+        -0.7, shown_cols - 0.3, bottom, top, width_px - 2 * margin_lr, (top - bottom) * row_px
+    )
+    taken = _Boxes()
+
+    # edges
+    ex: list[float | None] = []
+    ey: list[float | None] = []
     for u, v in lay.edges:
         (x0, y0), (x1, y1) = lay.pos[u], lay.pos[v]
         ex += [x0, x1, None]
         ey += [y0, y1, None]
     fig.add_scatter(
-        x=ex,
-        y=ey,
-        mode="lines",
-        line=dict(color="#9ca3af", width=1.2),
-        hoverinfo="skip",
+        x=ex, y=ey, mode="lines", line=dict(color="#9ca3af", width=1.2), hoverinfo="skip",
         showlegend=False,
     )
+
+    # blocks of identical layers, then the stage bands above them
     shapes, notes = [], []
     for layer, copies, names in lay.blocks:
-        xs = [lay.pos[n][0] for n in names]
-        ys = [lay.pos[n][1] for n in names]
+        bx = [lay.pos[n][0] for n in names]
+        by = [lay.pos[n][1] for n in names]
+        x0, x1 = min(bx) - 0.45, max(bx) + 0.45
         shapes.append(
             dict(
-                type="rect",
-                x0=min(xs) - 0.45,
-                x1=max(xs) + 0.45,
-                y0=min(ys) - 0.8,
-                y1=max(ys) + 0.8,
+                type="rect", x0=x0, x1=x1, y0=min(by) - 0.8, y1=max(by) + 0.8,
                 line=dict(color="#6b7280", dash="dot", width=1.5),
                 fillcolor="rgba(107,114,128,0.07)" if copies > 1 else "rgba(0,0,0,0)",
                 layer="below",
             )
         )
-        notes.append(
-            dict(
-                x=(min(xs) + max(xs)) / 2,
-                y=max(ys) + 0.8,
-                yanchor="bottom",
-                text=f"<b>layer {layer}" + (f" ×{copies}</b>" if copies > 1 else "</b>"),
-                showarrow=False,
-                font=dict(size=13 if copies > 1 else 12, color="#374151"),
-            )
+        layers = [ops[m].layer for m in lay.members(names[0])]
+        span = _ranges(int(v) for v in layers if v is not None)
+        options = (
+            [f"layers {span} (×{copies} identical)", f"layers {span} ×{copies}", f"×{copies}"]
+            if copies > 1
+            else [f"layer {layer}", f"L{layer}"]
         )
-    ys_all = [p[1] for p in lay.pos.values()] or [0.0]
-    top = max(ys_all) + (2.6 if plan.pipeline is not None else 1.6)
-    band_shapes, band_notes = stage_bands(plan, lay, top)
-    shapes = band_shapes + shapes
-    notes += band_notes
-    fig.update_layout(shapes=shapes, annotations=notes)  # at once: add_shape is quadratic
-    hosts = host_counts(plan)
-    by_class: dict[tuple[str, str], list[str]] = {}
-    for name in lay.nodes:
-        op = ops[name]
-        state = across_state(op, hosts.get(op.stage, plan.nodes))
-        by_class.setdefault((inside_class(op), state), []).append(name)
-    many = len(lay.nodes) > 400
-    chars = label_chars(lay)
-    shown_classes: set[str] = set()
-    for klass in SHARDING_CLASSES:
-        for state in ("split", "repeated", "single"):
-            names = by_class.get((klass, state))
-            if not names:
-                continue
-            copies = [len(lay.groups.members[n]) if not expand else 1 for n in names]
-            diffs = [
-                sum(m in highlight for m in (lay.groups.members[n] if not expand else (n,)))
-                for n in names
-            ]
-            color = SHARDING_COLORS[klass]
-            fig.add_scatter(
-                x=[lay.pos[n][0] for n in names],
-                y=[lay.pos[n][1] for n in names],
-                mode="markers" if many or chars == 0 else "markers+text",
-                name=klass,
-                legendgroup=klass,
-                showlegend=klass not in shown_classes,
-                text=[_short(lay.groups.relative.get(n, n), chars) for n in names],
-                textposition=[
-                    "top center" if int(lay.pos[n][0]) % 2 == 0 else "bottom center" for n in names
-                ],
-                textfont=dict(size=12, color="#374151"),
-                marker=dict(
-                    size=16,
-                    color="white" if state == "repeated" else color,
-                    symbol="circle",
-                    line=dict(
-                        color={"split": "#111827", "repeated": color}.get(state, "white"),
-                        width=3 if state != "single" else 1,
-                    ),
-                ),
-                hovertext=[
-                    _hover(ops[n], graph, c, d, baseline) for n, c, d in zip(names, copies, diffs)
-                ],
-                hoverinfo="text",
+        room = (x1 - x0) / (frame.x1 - frame.x0) * frame.width_px
+        label = _fit(options, room, 13, bold=True)
+        if label:
+            cx = (x0 + x1) / 2
+            px, py = frame.px(cx, max(by) + 0.8)
+            w = text_width_px(label, 13, bold=True)
+            taken.add((px - w / 2, py, px + w / 2, py + 20))
+            notes.append(
+                dict(
+                    x=cx, y=max(by) + 0.8, yanchor="bottom", text=f"<b>{label}</b>",
+                    showarrow=False, font=dict(size=13, color="#374151"),
+                    hovertext=f"layers {span}: {copies} identical layer(s), drawn once",
+                )
             )
-            shown_classes.add(klass)
-    if any(state != "single" for _, state in by_class):  # legend keys: across-hosts encoding
-        for label, marker in (
-            (
-                "dark ring: also split across hosts",
-                dict(color="#9ca3af", line=dict(color="#111827", width=3)),
-            ),
-            (
-                "hollow: every host repeats it",
-                dict(color="white", line=dict(color="#6b7280", width=3)),
-            ),
-        ):
-            fig.add_scatter(
-                x=[None], y=[None], mode="markers", name=label, marker=dict(size=16, **marker)
-            )
-    if highlight:  # rings drawn over the class markers, so legend swatches stay plain
-        ringed = [
-            n
-            for n in lay.nodes
-            if any(m in highlight for m in (lay.groups.members[n] if not expand else (n,)))
+    band_shapes, band_notes = stage_bands(plan, lay, top, frame=frame, taken=taken)
+    fig.update_layout(shapes=band_shapes + shapes, annotations=notes + band_notes)
+
+    # op markers: ring (across hosts) under fill (inside a host), one trace each
+    names = list(lay.nodes)
+    members = {n: tuple(ops[m] for m in lay.members(n)) for n in names}
+    inside = {n: level_class(ops[n], "intra") for n in names}
+    across = {n: across_class(ops[n], hosts.get(ops[n].stage, plan.nodes)) for n in names}
+    diffs = {n: sum(m.name in highlight for m in members[n]) for n in names}
+    custom = [
+        [
+            lay.groups.relative.get(n, n) if not expand else n,
+            _ranges(m.layer for m in members[n] if m.layer is not None),
         ]
+        for n in names
+    ]
+    hover = [
+        _hover(ops[n], graph, members[n], diffs[n], baseline, hosts.get(ops[n].stage, plan.nodes))
+        for n in names
+    ]
+    px_ = [lay.pos[n][0] for n in names]
+    py_ = [lay.pos[n][1] for n in names]
+    multi = any(a is not None for a in across.values())
+    if multi:
+        fig.add_scatter(
+            x=px_, y=py_, mode="markers", showlegend=False, hoverinfo="skip",
+            marker=dict(
+                size=RING_PX,
+                color=[SPLIT_COLORS[across[n]] if across[n] else "white" for n in names],
+                line=dict(width=0),
+            ),
+        )
+    fig.add_scatter(
+        x=px_, y=py_, mode="markers", showlegend=False, name="ops", customdata=custom,
+        hovertext=hover, hoverinfo="text",
+        marker=dict(
+            size=FILL_PX, color=[SPLIT_COLORS[inside[n]] for n in names],
+            line=dict(color="white" if multi else "#4b5563", width=2 if multi else 1),
+        ),
+    )
+
+    # labels where they fit (the hover always names the op)
+    texts = {n: lay.groups.relative.get(n, n) for n in names}
+    placed = place_labels(names, lay.pos, texts, frame, taken)
+    if placed:
+        fig.add_scatter(
+            x=[v[0] for v in placed.values()], y=[v[1] for v in placed.values()],
+            text=[v[2] for v in placed.values()], mode="text", textposition="middle center",
+            textfont=dict(size=12, color="#374151"), hoverinfo="skip", showlegend=False,
+        )
+
+    # legend: one group per level, then the drawing's other marks
+    for klass in SPLIT_CLASSES:
+        if klass in inside.values():
+            _legend_key(
+                fig, klass, "legend",
+                dict(size=14, color=SPLIT_COLORS[klass], line=dict(color="white", width=1)),
+            )
+    for klass in SPLIT_CLASSES:
+        if klass in across.values():
+            _legend_key(
+                fig, klass + (" (hosts repeat it)" if klass == REPLICATED else ""), "legend2",
+                dict(size=16, symbol="circle-open", color=SPLIT_COLORS[klass],
+                     line=dict(width=4)),
+            )
+    extra = []
+    if highlight:  # rings drawn over the class markers
+        ringed = [n for n in names if diffs[n]]
         fig.add_scatter(
             x=[lay.pos[n][0] for n in ringed] or [None],
             y=[lay.pos[n][1] for n in ringed] or [None],
-            mode="markers",
-            name=f"differs from {baseline}",
-            hoverinfo="skip",
-            marker=dict(size=24, symbol="circle-open", color="#dc2626", line=dict(width=3)),
+            mode="markers", name=f"differs from {baseline}", hoverinfo="skip",
+            legend="legend3",
+            marker=dict(size=32, symbol="circle-open", color="#dc2626", line=dict(width=3)),
         )
     if band_shapes:
-        fig.add_scatter(
-            x=[None],
-            y=[None],
-            mode="markers",
-            name="pipeline stage (shaded band)",
-            marker=dict(size=16, symbol="square", color=STAGE_FILLS[0], line=dict(width=0)),
-        )
+        extra.append(("pipeline stages (shaded bands)",
+                      dict(size=16, symbol="square", color=STAGE_FILLS[0], line=dict(width=0))))
     if any(copies > 1 for _, copies, _ in lay.blocks):
-        fig.add_scatter(
-            x=[None],
-            y=[None],
-            mode="markers",
-            name="identical layers (×N)",
-            marker=dict(
-                size=16,
-                symbol="square",
-                color="rgba(107,114,128,0.15)",
-                line=dict(color="#6b7280", width=1.5),
-            ),
-        )
-    xs = [p[0] for p in lay.pos.values()] or [0.0]
-    ys = [p[1] for p in lay.pos.values()] or [0.0]
-    xmax = max(xs)
+        extra.append(("identical layers (drawn once)",
+                      dict(size=16, symbol="square", color="rgba(107,114,128,0.15)",
+                           line=dict(color="#6b7280", width=1.5))))
+    for name, marker in extra:
+        _legend_key(fig, name, "legend3", marker)
+
     fig.update_xaxes(
-        showgrid=False,
-        zeroline=False,
-        showticklabels=False,
-        range=[-0.8, min(xmax, MAX_VISIBLE_GENERATIONS) + 0.8],
+        showgrid=False, zeroline=False, showticklabels=False, range=[frame.x0, frame.x1]
     )
     fig.update_yaxes(
-        showgrid=False, zeroline=False, showticklabels=False, range=[min(ys) - 1.4, top]
+        showgrid=False, zeroline=False, showticklabels=False, range=[frame.y0, frame.y1],
+        fixedrange=True,
     )
-    height = int(max(360, 90 * (max(ys) - min(ys) + 3)))
-    what = "all layers" if expand else "identical layers folded"
+    what = "every layer" if expand else "identical layers drawn once"
+    used = [
+        (key, text) for key, text in LEGENDS
+        if any(getattr(t, "legend", None) == key or (key == "legend" and not t.legend)
+               for t in fig.data if t.showlegend is not False and t.name)
+    ]
     fig = style(
         fig,
         title or f"Operator graph: how each op is split ({what})",
         x="execution order, left to right (one column per dependency level)",
-        height=min(height, 640) + 90,
-        legend_title="split inside hosts",
-        legend_below=True,
+        height=int(frame.height_px) + 90 + 50 + 28 * len(used),
     )
-    fig.update_layout(dragmode="pan", font=FONT)
+    legends = {}
+    for i, (key, text) in enumerate(used):  # stacked rows under the axis title
+        legends[key] = dict(
+            orientation="h", x=0, xanchor="left", yanchor="top",
+            y=-(44 + 28 * i) / frame.height_px, font=dict(size=12),
+            title=dict(text=text, side="left", font=dict(size=12)),
+        )
+    fig.update_layout(
+        dragmode="pan", font=FONT,
+        margin=dict(l=margin_lr, r=margin_lr, t=90, b=50 + 28 * len(used)), **legends,
+    )
     return fig
 
 
-STAGE_FILLS = ("rgba(86,180,233,0.16)", "rgba(230,159,0,0.14)")  # sky blue, orange (Okabe-Ito)
+def _stage_runs(plan: Plan, lay: DagLayout) -> list[tuple[frozenset[int], float, float]]:
+    """Runs of adjacent columns whose ops stand for the same set of pipeline stages:
+    ``(stages, first column, last column)``."""
+    ops = {op.name: op for op in plan.ops}
+    per_column: dict[int, set[int]] = {}
+    for name in lay.nodes:
+        col = int(lay.pos[name][0])
+        stages = {ops[m].stage for m in lay.members(name) if ops[m].stage is not None}
+        per_column.setdefault(col, set()).update(stages)  # type: ignore[arg-type]
+    runs: list[tuple[frozenset[int], float, float]] = []
+    for col in sorted(per_column):
+        key = frozenset(per_column[col])
+        if not key:
+            continue
+        if runs and runs[-1][0] == key and runs[-1][2] == col - 1:
+            runs[-1] = (key, runs[-1][1], col)
+        else:
+            runs.append((key, col, col))
+    return runs
 
 
-def stage_bands(plan: Plan, lay: DagLayout, top: float) -> tuple[list[dict], list[dict]]:
-    """Shaded bands (and labels at ``top``) over the columns of each pipeline stage's ops;
-    nothing for a plan without stages."""
+def _band_texts(stages: list[StageInfo]) -> list[str]:
+    """Band labels, longest first: one stage's full label, or a range of stages."""
+    if len(stages) == 1:
+        st = stages[0]
+        full = stage_label(st)
+        return [full, full.rsplit(" · ", 1)[0], f"stage {st.index}", f"S{st.index}"]
+    lo, hi = stages[0], stages[-1]
+    name = f"stages {lo.index}–{hi.index}"
+    per = {st.layers[1] - st.layers[0] + 1 for st in stages if st.layers is not None}
+    host_n = {len(st.hosts) for st in stages}
+    layers = [v for st in stages if st.layers is not None for v in st.layers]
+    span = f"layers {min(layers)}–{max(layers)}" if layers else ""
+    each = []
+    if len(per) == 1:
+        each.append(f"{per.pop()} layers each")
+    if len(host_n) == 1:
+        k = host_n.pop()
+        each.append(f"{k} host{'s' if k > 1 else ''} each")
+    out = [" · ".join([name, span, *each]), " · ".join([name, span]), name]
+    return [t for t in out if t] + [f"S{lo.index}–{hi.index}"]
+
+
+def stage_bands(
+    plan: Plan, lay: DagLayout, top: float, *, frame: _Frame | None = None,
+    taken: _Boxes | None = None,
+) -> tuple[list[dict], list[dict]]:
+    """Shaded bands (and labels at ``top``) over the columns of each run of pipeline stages
+    (folded layers stand for several stages: their band names the range); nothing for a
+    plan without stages. Labels are shortened to their band's width (the hover has the rest)."""
     pi = plan.pipeline
     if pi is None:
         return [], []
-    stage_of = {op.name: op.stage for op in plan.ops}
-    columns: dict[int, list[float]] = {}
-    for name in lay.nodes:
-        if stage_of.get(name) is not None:
-            columns.setdefault(stage_of[name], []).append(lay.pos[name][0])
+    by_index = {st.index: st for st in pi.stages}
     ys = [p[1] for p in lay.pos.values()] or [0.0]
     shapes, notes = [], []
-    for st in pi.stages:
-        xs = columns.get(st.index)
-        if not xs:
+    for i, (stages, c0, c1) in enumerate(_stage_runs(plan, lay)):
+        sts = [by_index[s] for s in sorted(stages) if s in by_index]
+        if not sts:
             continue
+        x0, x1 = c0 - 0.5, c1 + 0.5
         shapes.append(
             dict(
-                type="rect",
-                x0=min(xs) - 0.5,
-                x1=max(xs) + 0.5,
-                y0=min(ys) - 1.3,
-                y1=top - 0.05,
-                line=dict(width=0),
-                fillcolor=STAGE_FILLS[st.index % 2],
-                layer="below",
+                type="rect", x0=x0, x1=x1, y0=min(ys) - 1.3, y1=top - 0.02,
+                line=dict(width=0), fillcolor=STAGE_FILLS[i % 2], layer="below",
             )
         )
+        options = _band_texts(sts)
+        label = options[0]
+        hidden = frame is not None and x0 >= frame.x1  # opens out of view (expanded graphs)
+        if frame is not None:
+            lo, hi = (x0, x1) if hidden else (max(x0, frame.x0), min(x1, frame.x1))
+            label = _fit(options, frame.data_dx(1) ** -1 * (hi - lo) - 8, 12, bold=True)
+        if not label:
+            continue
+        lines = [stage_label(st) for st in sts[:12]] + (["…"] if len(sts) > 12 else [])
+        x_text = max(x0, frame.x0 if frame else x0) + (frame.data_dx(4) if frame else 0.05)
+        if frame is not None and taken is not None and not hidden:
+            px, py = frame.px(x_text, top)
+            taken.add((px, py - 20, px + text_width_px(label, 12, bold=True), py))
         notes.append(
             dict(
-                x=min(xs) - 0.45,
-                y=top - 0.1,
-                xanchor="left",
-                yanchor="top",
-                text=f"<b>{stage_label(st)}</b>",
-                showarrow=False,
-                font=dict(size=12, color="#1f2937"),
+                x=x_text, y=top, xanchor="left", yanchor="top", text=f"<b>{label}</b>",
+                showarrow=False, font=dict(size=12, color="#1f2937"),
+                hovertext="<br>".join(lines),
             )
         )
     return shapes, notes
@@ -421,18 +689,19 @@ def op_rows(
     groups = layer_groups(plan, graph)
     ops = {op.name: op for op in plan.ops}
     names = [op.name for op in plan.ops] if expand else list(groups.members)
+    hosts = host_counts(plan)
     rows = []
     for name in names:
         op = ops[name]
-        copies = 1 if expand else len(groups.members[name])
+        members = (name,) if expand else groups.members[name]
         row = {
             "op": name,
             "kind": op.kind,
-            "layer": "" if op.layer is None else str(op.layer),
-            "× layers": copies,
+            "layer": _ranges(ops[m].layer for m in members if ops[m].layer is not None),
+            "× layers": len(members),
             "strategy": op.strategy.label(),
             "in words": strategy_words(op.strategy),
-            "sharding": sharding_class(op),
+            "sharding": split_words(op, hosts.get(op.stage, plan.nodes)),
             "ZeRO": op.zero,
             "recompute": "yes" if op.recompute else "",
             "compute (ms)": op.compute_s * 1e3,
@@ -440,9 +709,9 @@ def op_rows(
             "comm (MB)": op.comm_bytes / 1e6,
         }
         if plan.pipeline is not None:
-            row["stage"] = "" if op.stage is None else str(op.stage)
+            row["stage"] = _ranges(ops[m].stage for m in members if ops[m].stage is not None)
         if highlight is not None:
-            members = (name,) if expand else groups.members[name]
             row["differs"] = sum(m in highlight for m in members)
         rows.append(row)
     return rows
+
