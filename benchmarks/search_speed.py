@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from unittest import mock
 
 from benchmarks.config import BenchConfig, workload
-from taps_core import constrained, planner
 from taps_core.collectives import TopologyCost
 from taps_core.linkmodel import LinkModel
 from taps_core.models import build_graph
 from taps_core.presets import preset
 from taps_core.report import describe
+from taps_core.search import memory_bound, planner
 from taps_core.search.layered import solve_problem
 from taps_core.search.problem import SearchProblem, build_problem
 from taps_core.solver import CostGraph, ilp, solve
@@ -221,7 +221,7 @@ def headline_a(cfg: BenchConfig, log: Callable[[str], None]) -> HeadlineA | None
         batch = batch_override
         graph = build_graph(graph.meta["config"].with_workload(batch_size=batch))
     solves: list[float] = []
-    real = constrained.solve_problem
+    real = memory_bound.solve_problem
 
     def counted(problem: SearchProblem, weight: float = 0.0):
         start = time.perf_counter()
@@ -230,7 +230,7 @@ def headline_a(cfg: BenchConfig, log: Callable[[str], None]) -> HeadlineA | None
         return out
 
     start = time.perf_counter()
-    with mock.patch.object(constrained, "solve_problem", counted):
+    with mock.patch.object(memory_bound, "solve_problem", counted):
         plan = planner.search(
             graph, topo, mode=cfg.speed_mode, time_budget_s=cfg.headline_a_budget_s
         )
