@@ -218,10 +218,29 @@ def _ticks(sched: Schedule, cut: Cut | None, scale: float) -> tuple[list[float],
     while t <= sched.end_s * scale * 1.0001:
         real = t / scale
         if cut is None or real <= cut.lo or real >= cut.hi:
-            vals.append((cut.x(real) if cut else real) * scale)
-            text.append(f"{t:.4g}")
+            x = (cut.x(real) if cut else real) * scale
+            # a tick hugging the cut's edges would read as one number with its neighbour
+            # across the gap ("3 33"): leave it out, the gap's own label names the cut
+            edges = (cut.lo * scale, cut.x(cut.hi) * scale) if cut else ()
+            if all(abs(x - e) >= 0.4 * step for e in edges) or x == 0:
+                vals.append(x)
+                text.append(f"{t:.4g}")
         t = round(t + step, 12)
     return vals, text
+
+
+TWO_LINE_STAGES = 20  # up to this many stages, a row's label takes two lines (narrow margin)
+
+
+def stage_tick(st: StageInfo, stages: int) -> str:
+    """A row's axis label: one line for a few stages, ``stage 3<br>layers 18–23 · hosts 24–31``
+    from 9 stages (half the width, so the timeline keeps the figure), ``stage 3`` past
+    :data:`TWO_LINE_STAGES` (rows too thin for two lines; the hover has the rest)."""
+    label = stage_label(st)
+    if stages <= 8:
+        return label
+    head, _, rest = label.partition(" · ")
+    return f"{head}<br>{rest}" if stages <= TWO_LINE_STAGES and rest else head
 
 
 def edge_for(stages: int) -> int:
@@ -249,7 +268,7 @@ def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
     def num(t: float) -> float:  # 4-5 significant digits of the step: a small payload
         return round(t * scale, digits)
 
-    rows = [stage_label(st) for st in pi.stages]
+    rows = [stage_tick(st, len(pi.stages)) for st in pi.stages]
     fig = go.Figure()
     blocks = drawn_blocks(sched, cut)
     # the bubble: each row hatched underneath, so whatever the blocks leave uncovered is idle
@@ -367,7 +386,8 @@ def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
         fig,
         title,
         x=f"time in the step ({unit})" + (", steady state cut (dotted)" if cut else ""),
-        height=230 + 60 * len(rows) if len(rows) <= 12 else 950,
+        height=230 + (60 if len(rows) <= 8 else 50 if len(rows) <= TWO_LINE_STAGES else 28)
+        * len(rows),
         legend_below=True,
     )
     # the legend at the figure's foot, clear of the axis title whatever the height
