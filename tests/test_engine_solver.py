@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taps_core.errors import InvalidInputError
-from taps_core.search.layered import min_plus_power
 from taps_core.solver import (
     CostGraph,
     brute_force,
@@ -19,6 +18,7 @@ from taps_core.solver import (
     reduce_to,
     solve,
 )
+from taps_core.solver.minplus import min_plus_power, repeated_squaring
 
 
 def _problem(
@@ -122,6 +122,20 @@ def test_min_plus_and_power_match_naive():
     for _ in range(6):
         naive_pow = (naive_pow[:, :, None] + m[None, :, :]).min(axis=1)
     assert np.allclose(min_plus_power(m, 7), naive_pow)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 6, 13, 64])
+def test_repeated_squaring_composes_in_order_with_run_lengths(k: int) -> None:
+    """Runs are joined left to right and each join is told the true run lengths (the layer
+    offsets the front schedule shifts by)."""
+
+    def join(x: tuple[int, ...], n_x: int, y: tuple[int, ...], n_y: int) -> tuple[int, ...]:
+        assert (len(x), len(y)) == (n_x, n_y)
+        return x + tuple(v + n_x for v in y)  # y's layers follow x's
+
+    assert repeated_squaring((0,), k, join) == tuple(range(k))
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        repeated_squaring((0,), 0, join)
 
 
 def test_selection_fast_paths_match_dense():

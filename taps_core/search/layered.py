@@ -19,7 +19,7 @@ import numpy as np
 
 from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, op_signature
 from taps_core.solver.elimination import reduce_to, solve
-from taps_core.solver.minplus import min_plus_values
+from taps_core.solver.minplus import min_plus_power
 from taps_core.solver.problem import CostGraph
 
 
@@ -40,21 +40,6 @@ class Assignment:
     recompute: dict[int, bool]
     cost: float
     stats: dict[str, Any] = field(default_factory=dict)
-
-
-def min_plus_power(m: np.ndarray, k: int) -> np.ndarray:
-    """``m`` min-plus-multiplied by itself ``k >= 1`` times, by repeated squaring."""
-    result: np.ndarray | None = None
-    base = m
-    zero = np.zeros(m.shape[0])
-    while k:
-        if k & 1:
-            result = base if result is None else min_plus_values(result, zero, base)
-        k >>= 1
-        if k:
-            base = min_plus_values(base, zero, base)
-    assert result is not None
-    return result
 
 
 def _neighbours(problem: SearchProblem) -> dict[str, set[str]]:

@@ -27,6 +27,7 @@ from taps_core.search.layered import Assignment, Chain, find_chain, solve_proble
 from taps_core.search.problem import SearchProblem
 from taps_core.solver import fronts
 from taps_core.solver.fronts import FrontTable, Rules
+from taps_core.solver.minplus import repeated_squaring
 
 DUAL_STEPS = 12
 RC_BLOCK = "__rc__"
@@ -146,27 +147,14 @@ def build_schedule(problem: SearchProblem) -> tuple[fronts.Schedule, Chain | Non
 
 def _power_steps(sched: fronts.Schedule, block: int, k: int, exit_key: str) -> int:
     """Steps composing ``k`` consecutive layers by repeated squaring (layer offsets tracked)."""
-    result, result_len = -1, 0
-    base, base_len = block, 1
     shape = sched.shapes[block]
-    while k:
-        if k & 1:
-            if result < 0:
-                result, result_len = base, base_len
-            else:
-                result = sched.step(
-                    "series", (result, -1, base), shape, key=exit_key,
-                    key_offset=result_len - 1, shifts=(0, 0, result_len),
-                )
-                result_len += base_len
-        k >>= 1
-        if k:
-            base = sched.step(
-                "series", (base, -1, base), shape, key=exit_key, key_offset=base_len - 1,
-                shifts=(0, 0, base_len),
-            )
-            base_len *= 2
-    return result
+
+    def join(x: int, n_x: int, y: int, n_y: int) -> int:
+        return sched.step(
+            "series", (x, -1, y), shape, key=exit_key, key_offset=n_x - 1, shifts=(0, 0, n_x)
+        )
+
+    return repeated_squaring(block, k, join)
 
 
 def _scalar_inputs(

@@ -10,7 +10,12 @@ fast as over a middle axis, measured) stay near :data:`CHUNK_ELEMENTS` elements.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
+
+T = TypeVar("T")
 
 CHUNK_ELEMENTS = 1 << 18  # temporaries of one chunk stay cache-sized (2 MiB of float64)
 
@@ -89,3 +94,32 @@ def _selecting(
         out[:, cols[s]] = sub[rows, pick]
         arg[:, cols[s]] = members[pick]
     return out, arg
+
+
+def repeated_squaring(base: T, k: int, join: Callable[[T, int, T, int], T]) -> T:
+    """``base`` composed with itself ``k >= 1`` times in O(log k) joins. ``join(x, n_x, y, n_y)``
+    composes a run of ``n_x`` copies followed by a run of ``n_y`` copies (the run lengths let a
+    caller track layer offsets); it must be associative, as the min-plus product is."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    result: T | None = None
+    result_len, base_len = 0, 1
+    while k:
+        if k & 1:
+            if result is None:
+                result, result_len = base, base_len
+            else:
+                result = join(result, result_len, base, base_len)
+                result_len += base_len
+        k >>= 1
+        if k:
+            base = join(base, base_len, base, base_len)
+            base_len *= 2
+    assert result is not None
+    return result
+
+
+def min_plus_power(m: np.ndarray, k: int) -> np.ndarray:
+    """``m`` min-plus-multiplied by itself ``k >= 1`` times (k identical layers in a chain)."""
+    zero = np.zeros(m.shape[0])
+    return repeated_squaring(m, k, lambda a, _na, b, _nb: min_plus_values(a, zero, b))
