@@ -560,7 +560,16 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     )
     x = list(np.array(sw.bandwidths_Bps) / 1e9)
     ys: list[float] = []
-    for label in sw.labels:
+    # drawn widest first, TAPS last (on top); each plan its own marker and dash, so a curve
+    # lying on another (volume-based on data parallel) still shows
+    look = {
+        "data_parallel": ("triangle-up", "solid", 5.0, 0.55),
+        "megatron": ("square", "solid", 2.0, 1.0),
+        "volume": ("diamond", "dash", 2.0, 1.0),
+        "taps": ("circle", "solid", 3.5, 1.0),
+    }
+    order = sorted(sw.labels, key=lambda lb: list(look).index(lb) if lb in look else -1)
+    for label in order:
         priced = [None if p is None else p.plans.get(label) for p in sw.points]
         if not any(q is not None and q.fits for q in priced):
             continue  # never fits: no legend entry (the page says why)
@@ -573,19 +582,24 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
         color = PLAN_COLORS.get(label, "#333")
         name = plan_name(label)
         rep = [q.replicated_across if q is not None and q.fits else 0.0 for q in priced]
+        symbol, dash, width, opacity = look.get(label, ("square", "solid", 2.0, 1.0))
         fig.add_scatter(
             x=x,
             y=total,
             name=name,
             legendgroup=label,
+            legendrank=("taps", "volume", "megatron", "data_parallel").index(label)
+            if label in look
+            else 9,
             mode="lines+markers",
             connectgaps=True,
-            line=dict(color=color, width=3.5 if label == "taps" else 2),
+            opacity=opacity,
+            line=dict(color=color, width=width, dash=dash),
             marker=dict(
-                size=10 if label == "taps" else 7,
+                size=10 if label in ("taps", "data_parallel") else 8,
                 color=["white" if r >= 0.5 else color for r in rep],
                 line=dict(color=color, width=2),
-                symbol="circle" if label == "taps" else "square",
+                symbol=symbol,
             ),
             customdata=np.array(
                 [[c or 0.0, m or 0.0, 100 * r] for c, m, r in zip(comm, comp, rep)]
@@ -605,7 +619,12 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
                 showlegend=False,
                 mode="lines",
                 connectgaps=True,
-                line=dict(color=color, width=2.5 if label == "taps" else 1.5, dash=dash),
+                opacity=opacity,
+                line=dict(
+                    color=color,
+                    width=2.5 if label == "taps" else 4.0 if label == "data_parallel" else 1.5,
+                    dash=dash,
+                ),
                 hovertemplate="%{x:.3g} GB/s: %{y:.3g} ms<extra>"
                 + name
                 + (" communication" if dash == "solid" else " compute")
@@ -658,6 +677,7 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
             text=f" this cluster: {current_Bps / 1e9:.3g} GB/s",
             showarrow=False,
             font=dict(size=12, color="#374151"),
+            bgcolor="rgba(255,255,255,0.85)",
         )
     ticks = log_ticks(min(x), max(x))
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
@@ -668,13 +688,18 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     fig.update_yaxes(title_text="ms per step (log)", row=1, col=1)
     fig.update_yaxes(title_text="ms per step (log)", row=2, col=1)
     fig.update_annotations(font_size=13, selector=dict(xref="x domain"))
-    return style(
+    fig = style(
         fig,
         "Step time vs inter-node bandwidth",
-        height=640,
+        height=680,
         legend_below=True,
         legend_title="plan",
     )
+    # the legend at the figure's foot (container coordinates), under the x-axis title
+    fig.update_layout(
+        legend=dict(yref="container", y=0, yanchor="bottom"), margin=dict(b=130)
+    )
+    return fig
 
 
 # ---- how-it-works page ------------------------------------------------------------------------
