@@ -234,10 +234,10 @@ TWO_LINE_STAGES = 20  # up to this many stages, a row's label takes two lines (n
 
 def stage_tick(st: StageInfo, stages: int) -> str:
     """A row's axis label: one line for a few stages, ``stage 3<br>layers 18–23 · hosts 24–31``
-    from 9 stages (half the width, so the timeline keeps the figure), ``stage 3`` past
+    from 5 stages (half the width, so the timeline keeps the figure), ``stage 3`` past
     :data:`TWO_LINE_STAGES` (rows too thin for two lines; the hover has the rest)."""
     label = stage_label(st)
-    if stages <= 8:
+    if stages <= 4:
         return label
     head, _, rest = label.partition(" · ")
     return f"{head}<br>{rest}" if stages <= TWO_LINE_STAGES and rest else head
