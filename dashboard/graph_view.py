@@ -295,14 +295,15 @@ def _fit(options: Iterable[str], room_px: float, size: float, *, bold: bool = Fa
 
 def place_labels(
     names: list[str], pos: dict[str, tuple[float, float]], text: dict[str, str], frame: _Frame,
-    taken: _Boxes, *, size: float = 12,
+    taken: _Boxes, *, size: float = 12, marker_px: float = RING_PX, spill_px: float = 15,
 ) -> dict[str, tuple[float, float, str]]:
     """Greedy labels: each op's name above or below its marker, shortened to fit, or none.
 
     Returns ``{op: (x, y, text)}`` with (x, y) the label's centre in data coordinates; no two
-    returned boxes overlap each other, a marker, or a box already in ``taken``.
+    returned boxes overlap each other, a marker, or a box already in ``taken``, and none runs
+    more than ``spill_px`` past the plot area (into the figure's margin, not off the figure).
     """
-    half = RING_PX / 2 + 1
+    half = marker_px / 2 + 1
     for n in names:  # every marker is an obstacle first
         x, y = frame.px(*pos[n])
         taken.add((x - half, y - half, x + half, y + half))
@@ -310,8 +311,7 @@ def place_labels(
     h = size * 1.3
     for n in sorted(names, key=lambda n: (pos[n][0], -pos[n][1])):
         x, y = frame.px(*pos[n])
-        if not -half <= x <= frame.width_px + half:
-            continue  # outside the opening view (expanded graphs): the hover names it
+        seen = -half <= x <= frame.width_px + half  # in the opening view (else: panned to)
         full = text[n]
         variants = [full] + [_short(full, k) for k in range(len(full) - 1, 3, -1)]
         for label in variants:
@@ -319,7 +319,8 @@ def place_labels(
             spot = None
             for cy in (y + half + 2 + h / 2, y - half - 2 - h / 2):
                 box = (x - w / 2, cy - h / 2, x + w / 2, cy + h / 2)
-                if box[0] >= -30 and box[2] <= frame.width_px + 30 and taken.free(box):
+                inside = box[0] >= -spill_px and box[2] <= frame.width_px + spill_px
+                if (inside or not seen) and taken.free(box):
                     spot = (cy, box)
                     break
             if spot is not None:
@@ -426,6 +427,10 @@ def dag_figure(
         -0.7, shown_cols - 0.3, bottom, top, width_px - 2 * margin_lr, (top - bottom) * row_px
     )
     taken = _Boxes()
+    # markers no wider than a column, so a long graph (ResNet-50: 87 columns) keeps them apart
+    column_px = frame.width_px / (frame.x1 - frame.x0)
+    ring_px = min(RING_PX, max(8.0, 0.9 * column_px))
+    fill_px = min(FILL_PX, max(5.0, 0.62 * ring_px))
 
     # edges
     ex: list[float | None] = []
@@ -501,7 +506,7 @@ def dag_figure(
         fig.add_scatter(
             x=px_, y=py_, mode="markers", showlegend=False, hoverinfo="skip",
             marker=dict(
-                size=RING_PX,
+                size=ring_px,
                 color=[SPLIT_COLORS[across[n]] if across[n] else "white" for n in names],
                 line=dict(width=0),
             ),
@@ -510,14 +515,16 @@ def dag_figure(
         x=px_, y=py_, mode="markers", showlegend=False, name="ops", customdata=custom,
         hovertext=hover, hoverinfo="text",
         marker=dict(
-            size=FILL_PX, color=[SPLIT_COLORS[inside[n]] for n in names],
+            size=fill_px, color=[SPLIT_COLORS[inside[n]] for n in names],
             line=dict(color="white" if multi else "#4b5563", width=2 if multi else 1),
         ),
     )
 
     # labels where they fit (the hover always names the op)
     texts = {n: lay.groups.relative.get(n, n) for n in names}
-    placed = place_labels(names, lay.pos, texts, frame, taken)
+    placed = place_labels(
+        names, lay.pos, texts, frame, taken, marker_px=ring_px, spill_px=margin_lr - 5
+    )
     if placed:
         fig.add_scatter(
             x=[v[0] for v in placed.values()], y=[v[1] for v in placed.values()],
