@@ -114,6 +114,35 @@ def test_layered_solve_equals_plain_elimination(gpt2_small, dgx2):
     assert layered.cost == pytest.approx(plain, rel=1e-12)
 
 
+@pytest.mark.parametrize("head, tail", [(False, False), (True, False), (False, True)])
+def test_pipeline_stage_layers_form_a_chain_and_solve_exactly(head, tail):
+    """A stage's last layer differs (its output leaves the stage): it is solved with the rest,
+    the other layers as the chain; the optimum equals the plain elimination, and under a
+    binding memory limit the exact ILP."""
+    from taps_core.search.flat import search_fixed
+    from taps_core.search.pipeline import stage_graph
+
+    graph = _graph("gpt2", num_hidden_layers=6, batch_size=4, seq_length=64)
+    sg = stage_graph(graph, 1, 4, head=head, tail=tail)
+    topo = preset("pcie:1")
+    train = _problem(sg, topo)
+    assert find_chain(train) is not None
+    layered = solve_problem(train)
+    plain = min(solve(train.cost_graph(recompute=rc)).cost for rc in (False, True))
+    assert layered.stats["layered"]
+    assert layered.cost == pytest.approx(plain, rel=1e-12)
+    infer = _problem(sg, topo, "infer")
+    fast, lean = evaluate_at(infer, 0.0), evaluate_at(infer, LEANEST_WEIGHT)
+    assert fast[2] > lean[2]
+    limit = lean[2] + 0.4 * (fast[2] - lean[2])
+    sub, sol, info = search_fixed(
+        sg, topo, mode="infer", comm=TopologyCost(LinkModel(topo)), limit=limit
+    )
+    assert info.status == "optimal"
+    assert memory_of(sub, sol) <= limit * (1 + 1e-9)
+    assert sol.cost == pytest.approx(_ilp_under_limit(infer, limit), rel=1e-7)
+
+
 def test_reported_time_equals_search_objective(gpt2_small, dgx2):
     problem = _problem(gpt2_small, dgx2)
     best = solve_problem(problem).cost

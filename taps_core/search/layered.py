@@ -55,7 +55,10 @@ def find_chain(problem: SearchProblem) -> Chain | None:
 
     ``layers[0]`` holds the entry tensor node alone when the first layer can join the chain
     (same ops as the others, entered through one tensor with the exits' layouts); otherwise it
-    holds the first layer, which is then solved with the rest of the graph.
+    holds the first layer, which is then solved with the rest of the graph. A last layer that
+    differs from the others (a pipeline stage's last layer, whose output leaves the stage) or
+    has no exit is likewise left out of the chain and solved with the rest: the chain's last
+    exit is its entry, so the optimum is the same.
     """
     graph = problem.graph
     by_layer: dict[int, list[str]] = {}
@@ -79,7 +82,10 @@ def find_chain(problem: SearchProblem) -> Chain | None:
     exits: list[str] = []
     for idx, lay in enumerate(order):
         names = by_layer[lay]
+        odd_last = idx == len(order) - 1 and idx >= 3  # the chain keeps >= 3 layers without it
         if idx >= 1 and sig(names) != sig0:
+            if odd_last:
+                break
             return None
         tensors = [
             TENSOR_PREFIX + graph.op_by_name[m].output for n in names for m in problem.members[n]
@@ -88,6 +94,8 @@ def find_chain(problem: SearchProblem) -> Chain | None:
         inside = set(nodes)
         outward = [t for t in nodes if t.startswith(TENSOR_PREFIX) and nbrs[t] - inside]
         if len(outward) != 1:
+            if odd_last:
+                break
             return None
         layers.append(nodes)
         exits.append(outward[0])
