@@ -1,11 +1,12 @@
 """The operator graph as a left-to-right DAG, with repeated layers folded into one block.
 
 Two layers are *identical* when they have the same ops (names relative to the layer), output
-shapes, strategies, ZeRO stages and recomputation; the pipeline stage does not count, so the 80
-layers of a 16-stage Llama fold into one block and the stages become shaded bands with their
-layer ranges. Collapsed, each distinct layer is drawn once, marked with its layer range; edges
-from one copy of a layer to the next would loop back into the block and are dropped. Positions
-come from networkx's topological generations (x) and the order inside a generation (y).
+shapes, strategies, ZeRO stages and recomputation; past two blocks the pipeline stage does not
+count, so the 80 layers of a 16-stage Llama fold into one block and the stages become shaded
+bands with their layer ranges. Collapsed, each distinct layer is drawn once, marked with its
+layer range; edges from one copy of a layer to the next would loop back into the block and are
+dropped. Positions come from networkx's topological generations (x) and the order inside a
+generation (y).
 
 Colour says how an op is split and which level carries it: the fill is the split inside a host,
 the ring around it the split across hosts (grey = replicated there). The classes (batch,
@@ -83,16 +84,27 @@ class LayerGroups:
     relative: dict[str, str]
 
 
+MAX_STAGE_BLOCKS = 2  # up to this many layer blocks, identical layers of different stages
+# are drawn apart (each stage's band over its own block); past it they fold into one
+
+
 def layer_groups(plan: Plan, graph: OpGraph) -> LayerGroups:
-    """Group identical layers of a plan (see the module docstring: stages do not count)."""
+    """Group identical layers of a plan (see the module docstring).
+
+    The pipeline stage counts only while that leaves at most :data:`MAX_STAGE_BLOCKS` distinct
+    layers (2 stages: one block per stage, side by side); with more stages, identical layers
+    fold across them so the whole graph fits.
+    """
     relative = _relative_names(plan)
     sig: dict[int, list[tuple]] = {}
     for op in plan.ops:
         if op.layer is not None:
             shape = graph.tensors[graph.op_by_name[op.name].output].shape
             sig.setdefault(op.layer, []).append(
-                (relative[op.name], op.strategy.label(), shape, op.zero, op.recompute)
+                (relative[op.name], op.strategy.label(), shape, op.zero, op.recompute, op.stage)
             )
+    if len({tuple(ops) for ops in sig.values()}) > MAX_STAGE_BLOCKS:
+        sig = {layer: [k[:-1] for k in ops] for layer, ops in sig.items()}
     first: dict[tuple, int] = {}
     rep: dict[int, int] = {}
     for layer, ops in sig.items():  # dict order = first appearance in the graph
@@ -505,6 +517,7 @@ def dag_figure(
     if multi:
         fig.add_scatter(
             x=px_, y=py_, mode="markers", showlegend=False, hoverinfo="skip",
+            name="split across hosts (ring)",
             marker=dict(
                 size=ring_px,
                 color=[SPLIT_COLORS[across[n]] if across[n] else "white" for n in names],
@@ -573,7 +586,7 @@ def dag_figure(
         showgrid=False, zeroline=False, showticklabels=False, range=[frame.y0, frame.y1],
         fixedrange=True,
     )
-    what = "every layer" if expand else "identical layers drawn once"
+    what = "all layers" if expand else "identical layers drawn once"
     used = [
         (key, text) for key, text in LEGENDS
         if any(getattr(t, "legend", None) == key or (key == "legend" and not t.legend)
