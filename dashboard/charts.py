@@ -412,7 +412,11 @@ def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
 
 
 def link_diff_figure(taps: Plan, other: Plan, top: int = 20) -> go.Figure:
-    """Per-link bytes of TAPS and another plan, for the links where they differ most."""
+    """Per-link bytes of TAPS and another plan, for the links where they differ most.
+
+    Horizontal bars: link names (``n0.nic3→net``) read along the y axis, which grows its margin
+    to the longest, so no name is clipped however many links are listed.
+    """
     a = {(k.src, k.dst): k for k in taps.links}
     b = {(k.src, k.dst): k for k in other.links}
     keys = sorted(
@@ -424,20 +428,21 @@ def link_diff_figure(taps: Plan, other: Plan, top: int = 20) -> go.Figure:
     fig = go.Figure()
     for label, table in ((taps.label, a), (other.label, b)):
         fig.add_bar(
-            x=names,
-            y=[table[k].bytes / 1e9 if k in table else 0.0 for k in keys],
+            y=names,
+            x=[table[k].bytes / 1e9 if k in table else 0.0 for k in keys],
+            orientation="h",
             name=plan_name(label),
             marker_color=PLAN_COLORS.get(label, "#333"),
-            hovertemplate="%{x}<br>%{y:.3g} GB<extra>" + plan_name(label) + "</extra>",
+            hovertemplate="%{y}<br>%{x:.3g} GB<extra>" + plan_name(label) + "</extra>",
         )
     fig.update_layout(barmode="group")
-    fig.update_xaxes(tickangle=-45)
+    fig.update_yaxes(autorange="reversed", automargin=True, tickfont=dict(size=12))
     return style(
         fig,
         f"Links where TAPS and {plan_name(other.label)} differ most (top {len(keys)})",
-        x="directed link",
-        y="bytes per step (GB)",
-        height=440,
+        x="bytes per step (GB)",
+        y="directed link",
+        height=200 + 26 * max(len(keys), 3),
     )
 
 
