@@ -43,7 +43,8 @@ EDITED_COLOR = "#D55E00"  # Okabe-Ito vermillion: edited and cut links
 MAX_LABELS = 150
 SWITCHES = ("nvswitch", "pcie_switch", "network_switch")
 TRAFFIC_BINS = 8
-AGGREGATE_HOSTS = 8  # past this many hosts, links are drawn per host and link class
+AGGREGATE_HOSTS = 8  # past this many hosts (or fewer, when labels would not fit), links are
+# drawn per host and link class
 
 
 def device_positions(topology: Topology) -> dict[str, tuple[float, float]]:
@@ -104,6 +105,18 @@ def _host_boxes(fig: go.Figure, topology: Topology, pos: dict[str, tuple[float, 
     fig.update_layout(shapes=shapes, annotations=labels)
 
 
+def labels_fit(topology: Topology, width_px: int = 1100) -> bool:
+    """Whether one bandwidth label per link fits side by side: the fullest row of devices (the
+    most of one kind in a host, times the hosts) at ~40 px a label ("300" and its square), and
+    at most :data:`AGGREGATE_HOSTS` hosts."""
+    per_host: dict[tuple[int, str], int] = {}
+    for d in topology.devices:
+        if d.host is not None:
+            per_host[(d.host, d.kind)] = per_host.get((d.host, d.kind), 0) + 1
+    widest = max(per_host.values(), default=1)
+    return topology.nodes <= AGGREGATE_HOSTS and widest * topology.nodes * 40 <= width_px - 100
+
+
 def _pair(a: str, b: str) -> frozenset[str]:
     return frozenset((a, b))
 
@@ -125,10 +138,10 @@ def topology_figure(
     in vermillion, ``cut`` links dotted; ``selected`` (one of those customdata) gets a ring.
     With ``plan``, links get width and colour by their busy time.
 
-    ``aggregate`` (default: past :data:`AGGREGATE_HOSTS` hosts) draws one line per host and
-    link class instead of every link (see :func:`aggregated_figure`).
+    ``aggregate`` (default: when one label per link would not fit, :func:`labels_fit`) draws
+    one line per host and link class instead of every link (see :func:`aggregated_figure`).
     """
-    if aggregate or (aggregate is None and topology.nodes > AGGREGATE_HOSTS):
+    if aggregate or (aggregate is None and not labels_fit(topology)):
         return aggregated_figure(
             topology, plan, title=title, edited=edited, cut=cut, selected=selected
         )
@@ -191,9 +204,9 @@ def topology_figure(
         if key == "edited":
             line = dict(color=EDITED_COLOR, width=5)
             name, legend = "edited link", True
-        elif plan is None:
+        elif plan is None:  # named per class with its value below (class_legend)
             line = dict(color=LINK_COLORS.get(str(key), "#555"), width=2.5)
-            name, legend = f"{key} link", True
+            name, legend = f"{key} link", False
         elif key == "idle":
             line = dict(color="#d1d5db", width=1.2, dash="dot")
             name, legend = "idle link", True
@@ -219,7 +232,9 @@ def topology_figure(
             line=dict(color=EDITED_COLOR, width=2, dash="dot"),
             hoverinfo="skip",
         )
-    _midpoints(fig, mids, coloured=plan is not None and busiest > 0, busiest=busiest)
+    coloured = plan is not None and busiest > 0
+    _drop_crowded_labels(mids, pos, topology, right_px=130 if coloured else 30)
+    _midpoints(fig, mids, coloured=coloured, busiest=busiest)
     if cut:
         ok = [(a, b) for a, b in cut if a in pos and b in pos]
         fig.add_scatter(
@@ -276,7 +291,65 @@ def topology_figure(
         ", links by plan traffic" if plan is not None else ", link bandwidths in GB/s"
     )
     fig.update_layout(clickmode="event+select", dragmode="pan")
-    return style(fig, title or default, height=480, legend_title="devices / links")
+    usual = link_groups(topology)[1]
+    class_legend(fig, usual, coloured=plan is not None)
+    extra = 22 * (len(usual) + 2)  # legend rows under the plot; the plot keeps its 330 px
+    fig = style(fig, title or default, height=480 + extra, legend_title="devices / links",
+                legend_below=True)
+    fig.update_layout(  # the frame the labels were laid out in
+        margin=dict(r=130 if coloured else 30, b=60 + extra), legend=dict(y=-0.04, yanchor="top")
+    )
+    return fig
+
+
+def _drop_crowded_labels(
+    mids: list[dict], pos: dict[str, tuple[float, float]], topology: Topology, *,
+    right_px: float, width_px: int = 1100,
+) -> None:
+    """Blank the bandwidth labels that would overlap another label, a device or a host name
+    (in pixels of a ``width_px`` wide figure; the hover still gives every value). Edited and
+    network links are placed first, then the rest from left to right."""
+    from dashboard.graph_view import _Boxes, text_width_px
+
+    xs = [p[0] for p in pos.values()]
+    x0, x1 = min(xs) - 1, max(xs) + 1
+    y0, y1 = -1.2, SHARED_Y + 0.8
+    w_px, h_px = width_px - 70 - right_px, 480 - 90 - 60
+
+    def px(x: float, y: float) -> tuple[float, float]:
+        return (x - x0) / (x1 - x0) * w_px, (y - y0) / (y1 - y0) * h_px
+
+    taken = _Boxes()
+    kinds = {d.name: d.kind for d in topology.devices}
+    for name, (x, y) in pos.items():
+        r = 11 if kinds.get(name) == "network_switch" else 8
+        cx, cy = px(x, y)
+        taken.add((cx - r, cy - r, cx + r, cy + r))
+    for m in mids:
+        cx, cy = px(m["x"], m["y"])
+        taken.add((cx - 6, cy - 6, cx + 6, cy + 6))
+    by_host: dict[int, list[float]] = {}
+    for d in topology.devices:
+        if d.host is not None:
+            by_host.setdefault(d.host, []).append(pos[d.name][0])
+    for h, hx in by_host.items():  # the host names under the boxes
+        cx, cy = px((min(hx) + max(hx)) / 2, -0.6)
+        w = text_width_px(f"host {h}", 13, bold=True)
+        taken.add((cx - w / 2, cy - 20, cx + w / 2, cy))
+    many = len(mids) > MAX_LABELS
+    order = sorted(mids, key=lambda m: (not m["edited"], m["kind"] != "network", m["x"]))
+    for m in order:
+        if many and not (m["edited"] or m["kind"] == "network"):
+            m["label"] = ""
+        if not m["label"]:
+            continue
+        cx, cy = px(m["x"], m["y"])
+        w = text_width_px(m["label"], 12)
+        box = (cx + 7, cy - 8, cx + 7 + w, cy + 8)
+        if taken.free(box):
+            taken.add(box)
+        else:
+            m["label"] = ""
 
 
 def _selected_xy(
@@ -293,9 +366,8 @@ def _selected_xy(
 def _midpoints(fig: go.Figure, mids: list[dict], *, coloured: bool, busiest: float) -> None:
     """Clickable link midpoints labelled with bandwidth (GB/s); busy ones on the traffic scale.
 
-    Past ``MAX_LABELS`` links only network and edited links keep their label.
+    Labels blanked by :func:`_drop_crowded_labels` stay blank (their value is in the hover).
     """
-    many = len(mids) > MAX_LABELS
     for busy in (False, True):
         ms = [m for m in mids if (coloured and m["busy"] > 0) == busy]
         if not ms:
@@ -324,9 +396,7 @@ def _midpoints(fig: go.Figure, mids: list[dict], *, coloured: bool, busiest: flo
             y=[m["y"] for m in ms],
             mode="markers+text",
             marker=marker,
-            text=[
-                m["label"] if not many or m["edited"] or m["kind"] == "network" else "" for m in ms
-            ],
+            text=[m["label"] for m in ms],
             textposition="middle right",
             textfont=dict(size=12, color="#111827"),
             customdata=[m["data"] for m in ms],
@@ -373,6 +443,32 @@ def _signature(links: list) -> tuple[int, float, float]:
     return (len(links), min(bws), max(bws))
 
 
+def link_groups(
+    topology: Topology,
+) -> tuple[dict[tuple, list], dict[tuple, tuple[int, float, float]]]:
+    """Links grouped per host (pair) and class, and each class's usual signature (links per
+    group, lowest and highest GB/s): what most hosts have."""
+    groups: dict[tuple, list] = {}
+    for link in topology.links:
+        groups.setdefault((*_ends(topology, link.src, link.dst), link.kind), []).append(link)
+    by_class: dict[tuple, Counter] = {}
+    for key, links in groups.items():
+        by_class.setdefault(_class_of(key), Counter())[_signature(links)] += 1
+    usual = {cls: counts.most_common(1)[0][0] for cls, counts in by_class.items()}
+    return groups, usual
+
+
+def class_legend(fig: go.Figure, usual: dict, *, coloured: bool) -> None:
+    """One legend entry per link class naming its usual value (``NVLink GPU–NVSwitch: 8 ×
+    300 GB/s per host``), so the values read in a screenshot without a label on every link."""
+    for cls, sig in sorted(usual.items(), key=lambda kv: (kv[0][3] != "same", kv[0])):
+        fig.add_scatter(
+            x=[None], y=[None], mode="lines", name=_class_name(cls, sig),
+            line=dict(color="#9ca3af" if coloured else LINK_COLORS.get(cls[2], "#555"),
+                      width=3),
+        )
+
+
 def aggregated_figure(
     topology: Topology,
     plan: Plan | None = None,
@@ -405,21 +501,11 @@ def aggregated_figure(
         for k in plan.links:
             b, t = traffic.get(_pair(k.src, k.dst), (0.0, 0.0))
             traffic[_pair(k.src, k.dst)] = (b + k.bytes, max(t, k.busy_time_s))
-    groups: dict[tuple, list] = {}
-    for link in topology.links:
-        ends = _ends(topology, link.src, link.dst)
-        groups.setdefault((*ends, link.kind), []).append(link)
+    groups, usual = link_groups(topology)
     for a, b in cut:  # cut links are gone from the topology: mark where their group sits
         if a in dev and b in dev:
             groups.setdefault((*_ends(topology, a, b), "cut"), [])
-    # the usual signature of every class, and a sideways bend per class that meets another
-    usual: dict[tuple, tuple[int, float, float]] = {}
-    by_class: dict[tuple, Counter] = {}
-    for key, links in groups.items():
-        if links:
-            by_class.setdefault(_class_of(key), Counter())[_signature(links)] += 1
-    for cls, counts in by_class.items():
-        usual[cls] = counts.most_common(1)[0][0]
+    by_class = usual  # a sideways bend per class that meets another
     bend: dict[tuple, float] = {}
     taken_y: list[tuple[float, float, float]] = []
     for cls in sorted(by_class, key=lambda c: (c[3] != "same", c)):
@@ -533,13 +619,7 @@ def aggregated_figure(
             line, name = dict(color=color, width=max(0.8, (1.5 + 5 * frac) * thin)), ""
         fig.add_scatter(x=xs, y=ys, mode="lines", line=line, hoverinfo="skip", name=name,
                         showlegend=bool(name))
-    # one legend entry per class, naming its usual value (what every host has)
-    for cls, sig in sorted(usual.items(), key=lambda kv: (kv[0][3] != "same", kv[0])):
-        fig.add_scatter(
-            x=[None], y=[None], mode="lines", name=_class_name(cls, sig),
-            line=dict(color=LINK_COLORS.get(cls[2], "#555") if plan is None else "#9ca3af",
-                      width=3),
-        )
+    class_legend(fig, usual, coloured=plan is not None)  # what every host has, named once
     # labels only where a host differs from its class, where they fit
     right = 140 if plan is not None and busiest > 0 else 50  # room for the colour bar
     frame_w, frame_h = width_px - 50 - right, 480 - 150

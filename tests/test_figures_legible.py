@@ -218,6 +218,13 @@ def test_topology_labels_readable_at_many_hosts(case):
             assert "25 GB/s per host" in names and "300 GB/s per host" in names
 
 
+@pytest.mark.parametrize("name", ["dgx-a100:1", "dgx-a100:4", "dgx-a100:8", "pcie-nvlink:6"])
+def test_topology_labels_never_overlap_at_a_few_hosts(name):
+    fig = topology_figure(preset(name))
+    boxes = figure_text_boxes(fig)
+    assert boxes and not _overlaps(boxes), _overlaps(boxes)[:3]
+
+
 def test_edited_host_is_labelled_at_16_hosts():
     from dashboard.state import apply_edits, parse_edits
 
