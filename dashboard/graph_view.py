@@ -536,7 +536,8 @@ def dag_figure(
     # labels where they fit (the hover always names the op)
     texts = {n: lay.groups.relative.get(n, n) for n in names}
     placed = place_labels(
-        names, lay.pos, texts, frame, taken, marker_px=ring_px, spill_px=margin_lr - 5
+        names, lay.pos, texts, frame, taken, marker_px=max(ring_px, 32 if highlight else 0),
+        spill_px=margin_lr - 5,
     )
     if placed:
         fig.add_scatter(
