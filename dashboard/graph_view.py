@@ -18,7 +18,6 @@ two overlap, shortened or left to the hover when there is no room.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -226,14 +225,6 @@ def split_words(op: OpPlan, hosts: int) -> str:
     """The figure's colours in words: ``tensor: column inside, batch (data parallel) across``."""
     across = across_class(op, hosts)
     return f"{level_class(op, 'intra')} inside" + ("" if across is None else f", {across} across")
-
-
-def across_state(op: OpPlan, nodes: int) -> str:
-    """``split`` (uses every host it runs on: the cluster's, or its pipeline stage's),
-    ``repeated`` (those hosts repeat it) or ``single`` (one host)."""
-    if nodes <= 1:
-        return "single"
-    return "split" if math.prod(f for _, f in op.strategy.inter) == nodes else "repeated"
 
 
 # ---- text boxes in pixels ----------------------------------------------------------------------
