@@ -38,7 +38,7 @@ from taps_core.report import (
 from taps_core.strategies import DEFERRABLE_KINDS
 
 MAX_VISIBLE_GENERATIONS = 28  # the expanded view opens on its first columns (pan for the rest)
-DEFAULT_WIDTH_PX = 1100  # the width labels are laid out for (the page is at least this wide)
+DEFAULT_WIDTH_PX = 960  # the width labels are laid out for (a wide page beside the sidebar)
 CHAR_EM = 0.6  # estimated character width / font size (Inter/Arial average, rounded up)
 
 # split classes, one colour each (Okabe-Ito): blues for token splits, warm for tensor splits

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
 from dashboard.charts import LINK_COLORS, style
+from dashboard.graph_view import DEFAULT_WIDTH_PX, _Boxes, text_width_px
 from taps_core.plan import Plan
 from taps_core.report import fmt_bytes, fmt_seconds
 from taps_core.topology import Topology
@@ -105,7 +106,7 @@ def _host_boxes(fig: go.Figure, topology: Topology, pos: dict[str, tuple[float, 
     fig.update_layout(shapes=shapes, annotations=labels)
 
 
-def labels_fit(topology: Topology, width_px: int = 1100) -> bool:
+def labels_fit(topology: Topology, width_px: int = DEFAULT_WIDTH_PX) -> bool:
     """Whether one bandwidth label per link fits side by side: the fullest row of devices (the
     most of one kind in a host, times the hosts) at ~40 px a label ("300" and its square), and
     at most :data:`AGGREGATE_HOSTS` hosts."""
@@ -304,13 +305,11 @@ def topology_figure(
 
 def _drop_crowded_labels(
     mids: list[dict], pos: dict[str, tuple[float, float]], topology: Topology, *,
-    right_px: float, width_px: int = 1100,
+    right_px: float, width_px: int = DEFAULT_WIDTH_PX,
 ) -> None:
     """Blank the bandwidth labels that would overlap another label, a device or a host name
     (in pixels of a ``width_px`` wide figure; the hover still gives every value). Edited and
     network links are placed first, then the rest from left to right."""
-    from dashboard.graph_view import _Boxes, text_width_px
-
     xs = [p[0] for p in pos.values()]
     x0, x1 = min(xs) - 1, max(xs) + 1
     y0, y1 = -1.2, SHARED_Y + 0.8
@@ -477,7 +476,7 @@ def aggregated_figure(
     edited: set[frozenset[str]] | frozenset = frozenset(),
     cut: tuple[tuple[str, str], ...] = (),
     selected: tuple[str, ...] | None = None,
-    width_px: int = 1100,
+    width_px: int = DEFAULT_WIDTH_PX,
 ) -> go.Figure:
     """The cluster with links aggregated: per host, one marker per device kind and one line
     per link class (to the shared switch, inside the host, or to another host).
@@ -488,8 +487,6 @@ def aggregated_figure(
     group as ``customdata`` (``["link", src, dst]``) and list every link on hover; with
     ``plan`` the lines are coloured by their busiest link's busy time.
     """
-    from dashboard.graph_view import _Boxes, text_width_px
-
     hosts = sorted({d.host for d in topology.devices if d.host is not None})
     col = {h: float(i) for i, h in enumerate(hosts)}
     center = (len(hosts) - 1) / 2
@@ -647,11 +644,16 @@ def aggregated_figure(
             continue
         mx, my = px(m["x"], m["y"])
         w = text_width_px(label, 12)
-        for dx in (6.0, -6.0 - w):
-            box = (mx + dx, my - 8, mx + dx + w, my + 8)
+        spots = [(6.0, 0.0), (-6.0 - w, 0.0), (-w / 2, 16.0), (-w / 2, -16.0)]
+        for dx, dy in spots:  # right, left, above, below the midpoint
+            box = (mx + dx, my + dy - 8, mx + dx + w, my + dy + 8)
             if taken.free(box):
                 taken.add(box)
-                texts.append((m["x"] + (dx + w / 2) / frame_w * (xr[1] - xr[0]), m["y"], label))
+                texts.append((
+                    m["x"] + (dx + w / 2) / frame_w * (xr[1] - xr[0]),
+                    m["y"] + dy / frame_h * (yr[1] - yr[0]),
+                    label,
+                ))
                 break
     fig.update_layout(shapes=shapes, annotations=labels)
     links_m = [m for m in mids if not m.get("cut")]
