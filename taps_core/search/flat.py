@@ -68,7 +68,7 @@ def _fit_memory(
             f"over the {limit / GiB:.3g} GiB limit; use more GPUs or a smaller batch"
             + ("" if mode == "infer" else ", or plan inference")
         )
-    bounds = dual_bounds(problem, limit, fast, lean)
+    bounds = dual_bounds(problem, limit, fast, lean, cutoff)
     if bounds.lower >= cutoff * (1 - 1e-12):
         raise _SlowerError(fast[1])  # proven: no fitting plan here beats the one in hand
     gap = bounds.best_time - bounds.lower
@@ -267,11 +267,6 @@ def search_flat_at(
         problem = build_problem(
             g_k, topology, mode, comm, space=space, allow=allow, microbatches=k
         )
-        if best is not None:
-            stage = useful_zero_stages(mode, k)[0]
-            free[k] = evaluate_at(problem.restricted(stage), 0.0)[1]
-            if free[k] >= bar * (1 - 1e-12):
-                continue  # even without a memory limit k micro-batches are slower
         try:
             sub, sol, info, free[k] = _best_zero_stage(problem, limit, mode, bar, deadline)
         except _NoFitError as err:
@@ -379,11 +374,17 @@ def _best_zero_stage(
     the unconstrained optimum's time (seconds).
 
     A later stage never runs faster than an earlier one with the same shardings, so once an
-    unconstrained optimum fits, the later stages are skipped."""
+    unconstrained optimum fits, the later stages are skipped, and once one is no faster than
+    ``cutoff`` (seconds), so are the later stages. Before the stages, the problem with every
+    op free to take any ZeRO stage (a relaxation of each plan-wide stage) is bounded once:
+    when even it cannot beat ``cutoff`` within the limit, every stage is pruned at once."""
+    stages = stages or useful_zero_stages(mode, problem.microbatches)
+    if len(stages) > 1 and math.isfinite(cutoff):
+        _prune_by_relaxation(problem, limit, cutoff)
     found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
     error: InfeasibleError | None = None
     free = math.inf
-    for zero in stages or useful_zero_stages(mode, problem.microbatches):
+    for zero in stages:
         sub = problem.restricted(zero)
         bar = min((x[3] for x in found), default=cutoff)
         try:
@@ -394,6 +395,8 @@ def _best_zero_stage(
             continue
         except _SlowerError as err:
             free = min(free, err.free_time_s)
+            if err.free_time_s >= bar * (1 - 1e-12):
+                break  # unconstrained and already too slow: later stages are no faster
             continue
         free = min(free, fast)
         found.append((sub, sol, info, sol.cost))
@@ -426,6 +429,22 @@ def _best_zero_stage(
         min(lower, cost),
         note,
     ), free
+
+
+def _prune_by_relaxation(problem: SearchProblem, limit: float, cutoff: float) -> None:
+    """Raise :class:`_SlowerError` when ``problem`` with every ZeRO option open to every op
+    (its fastest plans are no slower than any plan-wide stage's) has a Lagrangian bound
+    within ``limit`` bytes no lower than ``cutoff`` seconds. Otherwise prove nothing."""
+    fast = evaluate_at(problem, 0.0)
+    if fast[1] >= cutoff * (1 - 1e-12):
+        raise _SlowerError(fast[1])
+    if fast[2] <= limit:
+        return
+    lean = evaluate_at(problem, LEANEST_WEIGHT)
+    if lean[2] > limit:
+        return  # nothing fits even here: the stages report it
+    if dual_bounds(problem, limit, fast, lean, cutoff).lower >= cutoff * (1 - 1e-12):
+        raise _SlowerError(fast[1])
 
 
 def _stage(problem: SearchProblem) -> int:

@@ -14,6 +14,7 @@ repeated squaring (a front product per squaring), as the plain DP does with min-
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,9 +71,12 @@ def dual_bounds(
     limit: float,
     fast: tuple[Assignment, float, float],
     lean: tuple[Assignment, float, float],
+    cutoff: float = math.inf,
 ) -> Bounds:
     """Maximise the Lagrangian dual from two (plan, seconds, bytes): the unconstrained optimum
-    ``fast`` (over the limit) and a plan ``lean`` that fits."""
+    ``fast`` (over the limit) and a plan ``lean`` that fits. Stops as soon as the bound reaches
+    ``cutoff`` (seconds, a plan already in hand): the caller then prunes this problem, and
+    more iterations would only raise a bound it no longer needs."""
     _, lo_t, lo_m = fast
     hi_sol, hi_t, hi_m = lean
     solves = 0
@@ -87,6 +91,8 @@ def dual_bounds(
         value = t + cand * (m - limit)
         if value > lower:
             lower, lam = value, cand
+        if lower >= cutoff * (1 - 1e-12):
+            break
         if m <= limit and t < best_t:
             best, best_t = sol, t
         envelope = lo_t + cand * (lo_m - limit)
