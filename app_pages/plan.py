@@ -140,7 +140,7 @@ def main() -> None:
     columns = int(max((x for x, _ in layout.pos.values()), default=0)) + 1
     wide = (
         f" Showing the first {MAX_VISIBLE_GENERATIONS} of {columns} columns: drag to pan."
-        if columns > MAX_VISIBLE_GENERATIONS
+        if expand and columns > MAX_VISIBLE_GENERATIONS
         else " Drag to pan, scroll to zoom."
     )
     staged = (
@@ -149,8 +149,9 @@ def main() -> None:
         else ""
     )
     st.caption(
-        "Fill colour = how the op is split inside a host; a dark ring = also split across "
-        "hosts, a hollow marker = every host repeats it. Hover a node for shapes and costs."
+        "Fill = how the op is split inside a host, ring = how it is split across hosts "
+        "(batch, sequence, tensor column/row, 2-D; grey = replicated). Hover a node for "
+        "shapes and costs."
         + staged
         + wide
     )
