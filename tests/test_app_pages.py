@@ -362,8 +362,9 @@ def test_sweep_shows_step_time_without_a_click_and_explains_changes():
     assert not at.button, "the sweep runs by itself"
     sw = chart(at, "Step time vs inter-node bandwidth")
     shown = [t for t in sw["data"] if t.get("showlegend") is not False and t["x"][0] is not None]
-    assert [t["name"] for t in shown] == ["TAPS (topology-aware)", "volume-based"]
-    assert len(shown[0]["x"]) == 4 and all(y for y in shown[0]["y"])
+    # TAPS is drawn last, on top of the baselines
+    assert [t["name"] for t in shown] == ["volume-based", "TAPS (topology-aware)"]
+    assert len(shown[-1]["x"]) == 4 and all(y for y in shown[-1]["y"])
     assert sw["layout"]["xaxis"]["type"] == "log"
     ticks = sw["layout"]["xaxis"]["ticktext"]
     assert all(t.lstrip("0.").strip("0") in ("1", "2", "5", "") for t in ticks), ticks
