@@ -371,7 +371,7 @@ def test_zero_stage_pruning_by_relaxation_never_prunes_a_better_plan():
     """The relaxed bound (any ZeRO stage per op) never exceeds the best plan-wide stage: no
     cutoff above the optimum is pruned, and the search keeps the optimum; a cutoff below the
     unconstrained optimum prunes every stage at once."""
-    from taps_core.search.flat import _best_zero_stage, _prune_by_relaxation, _SlowerError
+    from taps_core.search.flat import _best_zero_stage, _lagrangian, _SlowerError
 
     graph = _graph("gpt2", num_hidden_layers=2, batch_size=4, seq_length=64)
     problem = _problem(graph, preset("pcie:1"))
@@ -381,8 +381,8 @@ def test_zero_stage_pruning_by_relaxation_never_prunes_a_better_plan():
     assert info.status == "optimal" and "memory limit binds" in info.note
     best = sol.cost
     for above in (1 + 1e-9, 1.01, 2.0):
-        _prune_by_relaxation(problem, limit, best * above)  # proves nothing: no raise
+        _lagrangian(problem, limit, best * above)  # proves nothing: no raise
         _, kept, _, _ = _best_zero_stage(problem, limit, "train", cutoff=best * above)
         assert kept.cost == pytest.approx(best, rel=1e-12)
     with pytest.raises(_SlowerError):
-        _prune_by_relaxation(problem, limit, fast[1] * 0.999)
+        _lagrangian(problem, limit, fast[1] * 0.999)

@@ -1,3 +1,3 @@
-"""Searches over the outer space of a training run (how many ways TP, PP and DP split it, and
-with which memory levers), on top of the intra-operator search of
-:mod:`taps_core.search.flat`."""
+"""The plan search: the planner (:mod:`~taps_core.search.planner`), the exact search without
+stages (:mod:`~taps_core.search.flat`) and its memory bound, the pipeline search, the framework
+configuration spaces (Megatron-LM, DeepSpeed) and the baselines TAPS is compared with."""

@@ -47,9 +47,7 @@ def _fit_memory(
     Raises :class:`_SlowerError` when even the unconstrained optimum is not below ``cutoff``
     (seconds): nothing here can beat a plan already found."""
     start = time.perf_counter()
-    fast = evaluate_at(problem, 0.0)
-    if fast[1] >= cutoff * (1 - 1e-12):
-        raise _SlowerError(fast[1])
+    fast, lean, bounds = _lagrangian(problem, limit, cutoff)
     algorithm = "dp-layered" if fast[0].stats.get("layered") else "dp-elimination"
     count = problem.num_strategies
 
@@ -58,19 +56,15 @@ def _fit_memory(
             algorithm, time.perf_counter() - start, count, status, lam, lower, note
         )
 
-    if fast[2] <= limit:
+    if lean is None:
         return fast[0], info("optimal", fast[1], ""), fast[1]
-    lean = evaluate_at(problem, LEANEST_WEIGHT)
-    if lean[2] > limit:
+    if bounds is None:
         raise _NoFitError(
             fast[1],
             f"memory: the leanest plan needs {lean[2] / GiB:.3g} GiB per device for {mode}, "
             f"over the {limit / GiB:.3g} GiB limit; use more GPUs or a smaller batch"
             + ("" if mode == "infer" else ", or plan inference")
         )
-    bounds = dual_bounds(problem, limit, fast, lean, cutoff)
-    if bounds.lower >= cutoff * (1 - 1e-12):
-        raise _SlowerError(fast[1])  # proven: no fitting plan here beats the one in hand
     gap = bounds.best_time - bounds.lower
     if gap <= PROOF_TOLERANCE * bounds.best_time:
         return bounds.best, info(
@@ -105,6 +99,29 @@ def _fit_memory(
         f"{gap:.3g} s dual gap",
         bounds.lam,
     ), fast[1]
+
+
+Solved = tuple[Assignment, float, float]  # (plan, seconds, bytes per device) of evaluate_at
+
+
+def _lagrangian(
+    problem: SearchProblem, limit: float, cutoff: float
+) -> tuple[Solved, Solved | None, Bounds | None]:
+    """The unconstrained optimum; when it overflows ``limit`` bytes, the leanest plan; when
+    that fits, the Lagrangian bounds. Raises :class:`_SlowerError` as soon as one of them
+    proves no plan within the limit beats ``cutoff`` (seconds)."""
+    fast = evaluate_at(problem, 0.0)
+    if fast[1] >= cutoff * (1 - 1e-12):
+        raise _SlowerError(fast[1])
+    if fast[2] <= limit:
+        return fast, None, None
+    lean = evaluate_at(problem, LEANEST_WEIGHT)
+    if lean[2] > limit:
+        return fast, lean, None
+    bounds = dual_bounds(problem, limit, fast, lean, cutoff)
+    if bounds.lower >= cutoff * (1 - 1e-12):
+        raise _SlowerError(fast[1])  # proven: no fitting plan here beats the one in hand
+    return fast, lean, bounds
 
 
 class SlowerThanCutoffError(Exception):
@@ -202,9 +219,10 @@ def search_flat(
     time_budget_s: float | None,
     cutoff_s: float = math.inf,
 ) -> Plan:
-    """The best plan without pipeline stages (see :func:`search`), within the memory limit
-    with its transient buffers counted exactly (:func:`within_limit`). Raises
-    :class:`SlowerThanCutoffError` when it is proven no faster than ``cutoff_s`` seconds."""
+    """The best plan without pipeline stages (see :func:`~taps_core.search.planner.search`),
+    within the memory limit with its transient buffers counted exactly (:func:`within_limit`).
+    Raises :class:`SlowerThanCutoffError` when it is proven no faster than ``cutoff_s``
+    seconds."""
     limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     if not limit > 0:
         raise InvalidInputError("memory_limit", limit, "> 0")
@@ -233,7 +251,7 @@ def search_flat_at(
     time_budget_s: float | None,
     cutoff_s: float = math.inf,
 ) -> Plan:
-    """One search of :func:`_search_flat` at a given limit."""
+    """One search of :func:`search_flat` at a given limit."""
     if mode not in MODES:
         raise InvalidInputError("mode", mode, f"one of {MODES}")
     if cost_model not in COST_MODELS:
@@ -380,7 +398,9 @@ def _best_zero_stage(
     when even it cannot beat ``cutoff`` within the limit, every stage is pruned at once."""
     stages = stages or useful_zero_stages(mode, problem.microbatches)
     if len(stages) > 1 and math.isfinite(cutoff):
-        _prune_by_relaxation(problem, limit, cutoff)
+        # any ZeRO stage per op: its bound is below every plan-wide stage's; raises when it
+        # already proves the cutoff out of reach
+        _lagrangian(problem, limit, cutoff)
     found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
     error: InfeasibleError | None = None
     free = math.inf
@@ -429,22 +449,6 @@ def _best_zero_stage(
         min(lower, cost),
         note,
     ), free
-
-
-def _prune_by_relaxation(problem: SearchProblem, limit: float, cutoff: float) -> None:
-    """Raise :class:`_SlowerError` when ``problem`` with every ZeRO option open to every op
-    (its fastest plans are no slower than any plan-wide stage's) has a Lagrangian bound
-    within ``limit`` bytes no lower than ``cutoff`` seconds. Otherwise prove nothing."""
-    fast = evaluate_at(problem, 0.0)
-    if fast[1] >= cutoff * (1 - 1e-12):
-        raise _SlowerError(fast[1])
-    if fast[2] <= limit:
-        return
-    lean = evaluate_at(problem, LEANEST_WEIGHT)
-    if lean[2] > limit:
-        return  # nothing fits even here: the stages report it
-    if dual_bounds(problem, limit, fast, lean, cutoff).lower >= cutoff * (1 - 1e-12):
-        raise _SlowerError(fast[1])
 
 
 def _stage(problem: SearchProblem) -> int:
