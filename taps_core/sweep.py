@@ -6,15 +6,21 @@ up to the requested bandwidth, keeping their relative speeds (a degraded NIC sta
 
 :class:`SweepRun` does the work incrementally so a dashboard can draw while it runs:
 
-- TAPS is searched at every grid point (what is drawn for TAPS is always a proven search),
-  unless ``warm_taps`` asks to warm-start it like the baselines (slow searches).
+- TAPS is searched at every grid point with the Plan page's own search
+  (:func:`taps_core.search.planner.search` with its defaults: the framework-seeded search,
+  pipeline stages included), and the baselines with :func:`taps_core.search.baselines.compare`
+  (the Compare page's), so the sweep at the cluster's own bandwidth (always a point, see
+  :func:`sweep_grid`) is the Plan page's plan, unless ``warm_taps`` asks to warm-start it
+  like the baselines (slow searches).
 - Baselines are *warm-started*: searched at the two ends of the range, and inside it only
   where the plans searched on either side differ. Where they agree, that plan is re-costed at
   the new bandwidth instead (an evaluation, ~20x cheaper than a search). This is exact when
   each plan's time is affine in 1/bandwidth, and it is exact for the volume-based plan, whose
   choice never depends on bandwidth.
 - Between two grid points where TAPS's plan differs, the change is located by bisection in
-  log space to a tight interval, and explained in words (:func:`taps_core.explain.change_words`).
+  log space to a tight interval, and explained in words: first the structure in Megatron-LM's
+  terms (:class:`Shape`: TP/PP/DP sizes, ZeRO, recomputation, hosts repeating work), then the
+  planner's per-op view (:func:`taps_core.explain.change_words`).
 
 Results are kept per (label, bandwidth), so a later grid reuses every plan already found.
 """
@@ -24,8 +30,9 @@ from __future__ import annotations
 import itertools
 import math
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -95,6 +102,148 @@ def log_bandwidths(low_Bps: float, high_Bps: float, points: int) -> tuple[float,
     return tuple(float(x) for x in np.geomspace(low_Bps, high_Bps, points))
 
 
+def sweep_grid(
+    low_Bps: float, high_Bps: float, points: int, own_Bps: float
+) -> tuple[float, ...]:
+    """:func:`log_bandwidths` plus the cluster's own bandwidth ``own_Bps`` (always a point,
+    even outside the range), ascending, without duplicates (by :func:`bandwidth_key`).
+
+    >>> [round(b / 1e9) for b in sweep_grid(1e9, 400e9, 3, 200e9)]
+    [1, 20, 200, 400]
+    """
+    check_positive("own_Bps", own_Bps)
+    found = {bandwidth_key(b): b for b in log_bandwidths(low_Bps, high_Bps, points)}
+    found[bandwidth_key(own_Bps)] = float(own_Bps)
+    return tuple(found[k] for k in sorted(found))
+
+
+# ---- the plan's structure in Megatron-LM's words ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A plan's structure as Megatron-LM practice names it, read off the ops carrying the most
+    compute (TAPS picks a strategy per op; the dominant one stands for the plan).
+
+    ``tp`` splits a model dimension inside a host (tensor parallelism), ``tp_across`` across
+    hosts; ``pp`` pipeline stages; ``dp`` batch ways over all GPUs (``dp_across`` of them across
+    hosts); ``copies`` hosts of a stage that compute the same thing (replicated work, 1 when
+    none); ``zero`` the ZeRO stage most ops use; ``recompute`` recomputed layers out of
+    ``layers``; ``letters`` the planner's label of the dominant strategy.
+    """
+
+    tp: int
+    tp_across: int
+    pp: int
+    dp: int
+    dp_across: int
+    copies: int
+    zero: int
+    recompute: int
+    layers: int
+    microbatches: int
+    letters: str
+
+    def words(self) -> str:
+        """``TP 2 x PP 1 x DP 8 (2 across hosts), ZeRO-2, 2 micro-batches``."""
+        tp = f"TP {self.tp}" + (f" (x{self.tp_across} across hosts)" if self.tp_across > 1 else "")
+        dp = f"DP {self.dp}" + (f" ({self.dp_across} across hosts)" if self.dp_across > 1 else "")
+        parts = [f"{tp} x PP {self.pp} x {dp}"]
+        if self.copies > 1:
+            parts.append(f"replicated work: {self.copies} hosts compute the same")
+        if self.zero:
+            parts.append(f"ZeRO-{self.zero}")
+        if self.recompute:
+            parts.append(f"recompute {self.recompute} of {self.layers} layers")
+        if self.microbatches > 1:
+            parts.append(f"{self.microbatches} micro-batches")
+        return ", ".join(parts)
+
+
+def _ways(split: Sequence[tuple[str, int]], batch: bool) -> int:
+    """Ways ``split`` divides the batch letter (``batch``) or every other letter."""
+    return math.prod(f for ch, f in split if (ch == "b") == batch)
+
+
+def plan_shape(plan: Plan) -> Shape:
+    """The :class:`Shape` of ``plan`` (see there)."""
+    weight: Counter[tuple] = Counter()
+    for op in plan.ops:
+        weight[(op.strategy.inter, op.strategy.intra, op.strategy.label())] += op.compute_s
+    inter, intra, letters = weight.most_common(1)[0][0] if weight else ((), (), "")
+    pi = plan.pipeline
+    pp = len(pi.stages) if pi is not None else 1
+    hosts = max(plan.nodes // pp, 1)  # hosts per stage
+    used = _ways(inter, True) * _ways(inter, False)
+    zeros = Counter(op.zero for op in plan.ops)
+    return Shape(
+        tp=_ways(intra, False),
+        tp_across=_ways(inter, False),
+        pp=pp,
+        dp=_ways(intra, True) * _ways(inter, True),
+        dp_across=_ways(inter, True),
+        copies=max(hosts // max(used, 1), 1),
+        zero=max(zeros, key=lambda z: (zeros[z], z)) if zeros else 0,
+        recompute=plan.recomputed_layers,
+        layers=len({op.layer for op in plan.ops if op.layer is not None}),
+        microbatches=pi.microbatches if pi is not None else plan.microbatches,
+        letters=letters,
+    )
+
+
+def _nth(n: int) -> str:
+    return {2: "second", 3: "third", 4: "fourth"}.get(n, f"{n}th")
+
+
+def shape_change_words(slow: Shape, fast: Shape) -> str:
+    """What changes from the faster-network plan's structure ``fast`` to the slower-network
+    plan's ``slow``, in Megatron-LM terms, the planner's letters beside (empty: no change).
+
+    >>> a = Shape(4, 1, 1, 4, 2, 1, 2, 0, 12, 1, "inter[b2] intra[b2,n4]")
+    >>> b = Shape(4, 1, 1, 2, 1, 2, 2, 0, 12, 1, "inter[R] intra[b2,n4]")
+    >>> shape_change_words(b, a).split(":")[0]
+    'DP 4 -> 2'
+    """
+    clauses = []
+    if slow.pp != fast.pp:
+        clauses.append(
+            f"PP {fast.pp} -> {slow.pp}: "
+            + (
+                "pipeline stages dropped"
+                if slow.pp < fast.pp
+                else f"{slow.pp} pipeline stages, only the boundary activations cross hosts"
+            )
+        )
+    if slow.tp != fast.tp or slow.tp_across != fast.tp_across:
+        clauses.append(f"TP {fast.tp * fast.tp_across} -> {slow.tp * slow.tp_across}")
+    if slow.dp != fast.dp or slow.copies != fast.copies:
+        text = f"DP {fast.dp} -> {slow.dp}"
+        if slow.copies > fast.copies:
+            who = (
+                f"the {_nth(slow.copies)} node" if slow.copies == 2 and slow.pp == 1
+                else f"{slow.copies} hosts of each stage" if slow.pp > 1
+                else f"{slow.copies - 1} of the {slow.copies} nodes"
+            )
+            verb = "would only duplicate" if slow.copies == 2 else "only duplicate"
+            text += (
+                f": {who} {verb} work, because at this bandwidth syncing gradients "
+                "across hosts costs more than it saves"
+            )
+        clauses.append(text)
+    if slow.zero != fast.zero:
+        clauses.append(f"ZeRO-{fast.zero} -> ZeRO-{slow.zero}")
+    if slow.recompute != fast.recompute:
+        clauses.append(f"recomputed layers {fast.recompute} -> {slow.recompute}")
+    if slow.microbatches != fast.microbatches:
+        clauses.append(f"micro-batches {fast.microbatches} -> {slow.microbatches}")
+    if not clauses:
+        return ""
+    letters = (
+        f" (planner: {fast.letters} -> {slow.letters})" if fast.letters != slow.letters else ""
+    )
+    return "; ".join(clauses) + letters + "."
+
+
 def coarse_to_fine(n: int) -> list[int]:
     """Indices 0..n-1 with both ends first, then midpoints of ever smaller gaps.
 
@@ -156,7 +305,10 @@ class Priced:
 
     ``searched`` is False when a neighbour's plan was re-costed here (see the module notes).
     ``replicated_across`` is the share of compute that every host repeats (no split across
-    hosts); ``strategies`` is the strategy label per op, in graph order.
+    hosts); ``strategies`` is the strategy label per op, in graph order (with its pipeline stage
+    and the micro-batch count: what tells two plans apart); ``shape`` the plan in Megatron-LM
+    terms; ``plan`` the plan itself (what ``plan --json`` prints of it). ``bubble_time_s`` is
+    a pipelined plan's idle time (0 without stages): total = compute + communication + bubble.
     """
 
     label: str
@@ -170,6 +322,9 @@ class Priced:
     replicated_across: float = 0.0
     reason: str = ""
     searched: bool = True
+    shape: Shape | None = None  # None when it does not fit
+    plan: Plan | None = field(default=None, compare=False, repr=False)  # None: does not fit
+    bubble_time_s: float | None = None  # s per step; None when it does not fit
 
     @property
     def fits(self) -> bool:
@@ -205,6 +360,7 @@ class Change:
     words: str
     changed_ops: int
     located: bool  # True once the interval is tight (ratio <= BISECT_RATIO) or out of budget
+    structure: str = ""  # the change in Megatron-LM terms (:func:`shape_change_words`)
 
 
 @dataclass(frozen=True)
@@ -217,17 +373,26 @@ class Regime:
     high_Bps: float
     summary: str
     replicated_across: float
+    shape: Shape | None = None
 
 
 @dataclass(frozen=True)
 class Sweep:
-    """A sweep so far: grid points (ascending; None where not computed yet), regimes, changes."""
+    """A sweep so far: grid points (ascending; None where not computed yet), regimes, changes.
+
+    ``own_Bps`` is the cluster's own bandwidth per host (bytes/s; a grid point when the grid
+    came from :func:`sweep_grid`)."""
 
     labels: tuple[str, ...]
     bandwidths_Bps: tuple[float, ...]
     points: tuple[SweepPoint | None, ...]
     changes: tuple[Change, ...] = ()
     complete: bool = False
+    own_Bps: float | None = None
+
+    def is_own(self, bw: float) -> bool:
+        """Whether ``bw`` (bytes/s per host) is the cluster's own bandwidth."""
+        return self.own_Bps is not None and bandwidth_key(bw) == bandwidth_key(self.own_Bps)
 
     @property
     def done(self) -> tuple[SweepPoint, ...]:
@@ -252,6 +417,7 @@ class Sweep:
                         p.node_bandwidth_Bps,
                         taps.summary,
                         taps.replicated_across,
+                        taps.shape,
                     )
                 )
         return tuple(out)
@@ -260,8 +426,15 @@ class Sweep:
 # ---- the run -----------------------------------------------------------------------------------
 
 
-def _labels(plan: Plan) -> tuple[str, ...]:
-    return tuple(op_choice_label(op) for op in plan.ops)
+def plan_key(plan: Plan) -> tuple[str, ...]:
+    """What tells two plans apart: every op's choice with its pipeline stage, and the
+    micro-batch count (two plans with equal keys are the same plan)."""
+    ops = tuple(
+        op_choice_label(op) if op.stage is None else f"S{op.stage} {op_choice_label(op)}"
+        for op in plan.ops
+    )
+    pi = plan.pipeline
+    return (*ops, f"microbatches {pi.microbatches if pi is not None else plan.microbatches}")
 
 
 def _priced(label: str, bw: float, plan: Plan | NotFitting, searched: bool) -> Priced:
@@ -274,10 +447,13 @@ def _priced(label: str, bw: float, plan: Plan | NotFitting, searched: bool) -> P
         plan.compute_time_s,
         plan.comm_time_s,
         plan.inter_node_bytes,
-        tuple(op_choice_label(op) for op in plan.ops),
+        plan_key(plan),
         describe(plan),
         replicated_share(plan),
         searched=searched,
+        shape=plan_shape(plan),
+        plan=plan,
+        bubble_time_s=plan.bubble_time_s,
     )
 
 
@@ -315,6 +491,11 @@ class SweepRun:
         Preview TAPS like the baselines: at a grid point whose searched neighbours have the same
         TAPS plan, draw that plan re-costed first, and search the point before the sweep is
         complete (for models whose search takes seconds).
+    pipeline
+        As for :func:`taps_core.search.planner.search`; the default (None) is the Plan and Compare
+        pages' own search, pipeline stages included. At the cluster's own bandwidth the
+        cluster is planned as given (not rescaled by a factor of 1), so that point is exactly
+        the Plan page's plan.
     """
 
     def __init__(
@@ -326,12 +507,13 @@ class SweepRun:
         memory_limit_bytes: float | None = None,
         labels: Sequence[str] = BASELINES,
         warm_taps: bool = False,
+        pipeline: bool | None = None,
     ) -> None:
         unknown = [lb for lb in labels if lb not in BASELINES]
         if unknown:
             raise InvalidInputError("labels", unknown, f"a subset of {BASELINES}")
-        node_inter_bandwidth(topology)  # raises on a single host
-        self.graph, self.topology = graph, topology
+        self.own_Bps = node_inter_bandwidth(topology)  # raises on a single host
+        self.graph, self.topology, self.pipeline = graph, topology, pipeline
         self.mode, self.memory_limit_bytes = mode, memory_limit_bytes
         self.labels = ("taps", *(lb for lb in BASELINES if lb in labels and lb != "taps"))
         self.warm_taps = warm_taps
@@ -345,6 +527,8 @@ class SweepRun:
     # -- planning at one bandwidth --
 
     def _topology_at(self, bw: float) -> Topology:
+        if bandwidth_key(bw) == bandwidth_key(self.own_Bps):
+            return self.topology  # exactly the cluster the Plan page plans
         return scale_inter_bandwidth(self.topology, bw)
 
     def _searched(self, label: str, bw: float) -> bool:
@@ -363,7 +547,7 @@ class SweepRun:
                         topo,
                         mode=self.mode,
                         memory_limit_bytes=self.memory_limit_bytes,
-                        pipeline=False,
+                        pipeline=self.pipeline,
                     )
                 }
             except TapsError as err:
@@ -376,7 +560,7 @@ class SweepRun:
                     topo,
                     mode=self.mode,
                     memory_limit_bytes=self.memory_limit_bytes,
-                    pipeline=False,
+                    pipeline=self.pipeline,
                 )
             )
         for lb, plan in found.items():
@@ -386,7 +570,10 @@ class SweepRun:
 
     def _reprice(self, plan: Plan, bw: float, found_at: float) -> Plan | None:
         """``plan`` (found at ``found_at``) costed at ``bw``; None if the engine cannot re-cost
-        it faithfully (checked once: re-costing a plan where it was found must agree)."""
+        it faithfully (checked once: re-costing a plan where it was found must agree).
+        A pipelined plan is never re-costed (its stages are planned on their own hosts)."""
+        if plan.pipeline is not None:
+            return None
         if self._reprice_ok is None:
             same = reprice(plan, self.graph, self._topology_at(found_at))
             self._reprice_ok = same is not None and math.isclose(
@@ -424,7 +611,7 @@ class SweepRun:
         a, b = self._found[(label, left[-1])].plan, self._found[(label, right[0])].plan
         if isinstance(a, NotFitting) and isinstance(b, NotFitting):
             return _Found(a, _priced(label, bw, a, False))
-        if not (isinstance(a, Plan) and isinstance(b, Plan)) or _labels(a) != _labels(b):
+        if not (isinstance(a, Plan) and isinstance(b, Plan)) or plan_key(a) != plan_key(b):
             return None
         plan = self._reprice(a, bw, left[-1])
         return None if plan is None else _Found(plan, _priced(label, bw, plan, False))
@@ -469,7 +656,9 @@ class SweepRun:
             lo, hi = min(bandwidths, default=0.0), max(bandwidths, default=0.0)
             lo, hi = bandwidth_key(lo), bandwidth_key(hi)
             changes = tuple(c for (a, b), c in sorted(self._changes.items()) if lo <= a and b <= hi)
-            return Sweep(self.labels, tuple(bandwidths), tuple(points), changes, complete)
+            return Sweep(
+                self.labels, tuple(bandwidths), tuple(points), changes, complete, self.own_Bps
+            )
 
     def fill(self, bandwidths: Sequence[float], *, locate: bool = True) -> Iterator[Sweep]:
         """Compute the grid coarse to fine, then locate TAPS's changes; yield after each step.
@@ -541,7 +730,9 @@ class SweepRun:
         below, above = self._taps_plan(a), self._taps_plan(b)
         if isinstance(below, Plan) and isinstance(above, Plan):
             above_at_a = self._reprice(above, a, b)
+            structure = shape_change_words(plan_shape(below), plan_shape(above))
             words = change_words(below, above, a, b, above_at_low=above_at_a)
+            words = f"{structure} {words}" if structure else words
             changed = sum(
                 op_choice_label(x) != op_choice_label(y) for x, y in zip(below.ops, above.ops)
             )
@@ -550,8 +741,8 @@ class SweepRun:
             words = f"below {a / 1e9:.3g} GB/s per host TAPS {fits}; above {b / 1e9:.3g} it " + (
                 "fits" if isinstance(above, Plan) else "does not fit"
             )
-            changed = 0
-        self._changes[(a, b)] = Change(a, b, words, changed, located)
+            changed, structure = 0, ""
+        self._changes[(a, b)] = Change(a, b, words, changed, located, structure)
 
 
 def sweep_inter_bandwidth(
@@ -563,15 +754,20 @@ def sweep_inter_bandwidth(
     memory_limit_bytes: float | None = None,
     labels: Sequence[str] = BASELINES,
     locate: bool = True,
+    pipeline: bool | None = None,
 ) -> Sweep:
-    """The whole sweep at once (see :class:`SweepRun`).
+    """The whole sweep at once (see :class:`SweepRun`); every point's plans are in
+    ``Priced.plan``.
 
     Raises
     ------
     InvalidInputError
         On a single-host topology, an unknown label or no bandwidths.
     """
-    run = SweepRun(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, labels=labels)
+    run = SweepRun(
+        graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, labels=labels,
+        pipeline=pipeline,
+    )
     last = None
     for last in run.fill(bandwidths_Bps, locate=locate):  # noqa: B007 - the final snapshot
         pass

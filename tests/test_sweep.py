@@ -19,7 +19,7 @@ from taps_core.sweep import (
     coarse_to_fine,
     log_bandwidths,
     node_inter_bandwidth,
-    op_choice_label,
+    plan_key,
     reprice,
     scale_inter_bandwidth,
     sweep_inter_bandwidth,
@@ -73,14 +73,18 @@ def test_every_point_equals_a_direct_search_and_parts_add_up(gpt2):
     sw = sweep_inter_bandwidth(gpt2, topo, bws, mode="train")
     assert sw.complete and sw.labels == ("taps", "volume", "megatron", "data_parallel")
     for point in sw.points:
+        # the same inputs as the Plan and Compare pages: the default search, stages included
         scaled = scale_inter_bandwidth(topo, point.node_bandwidth_Bps)
-        direct = compare(gpt2, scaled, mode="train", pipeline=False)
+        direct = compare(gpt2, scaled, mode="train")
         for label, plan in direct.items():  # warm-started baselines are exact here
             assert point.total_time_s[label] == pytest.approx(plan.total_time_s, rel=1e-9)
-        taps = search(gpt2, scaled, mode="train", pipeline=False)
-        assert point.plans["taps"].strategies == tuple(op_choice_label(op) for op in taps.ops)
+        taps = search(gpt2, scaled, mode="train")
+        assert point.plans["taps"].strategies == plan_key(taps)
+        assert point.total_time_s["taps"] == pytest.approx(taps.total_time_s, rel=1e-9)
         for q in point.plans.values():
-            assert q.total_time_s == pytest.approx(q.compute_time_s + q.comm_time_s)
+            assert q.total_time_s == pytest.approx(
+                q.compute_time_s + q.comm_time_s + q.bubble_time_s
+            )
         for label in ("volume", "megatron", "data_parallel"):
             assert point.total_time_s["taps"] <= point.total_time_s[label] + 1e-12
     # the volume plan never depends on bandwidth: searched at the two ends only, re-costed
