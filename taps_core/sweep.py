@@ -123,13 +123,14 @@ def sweep_grid(
 @dataclass(frozen=True)
 class Shape:
     """A plan's structure as Megatron-LM practice names it, read off the ops carrying the most
-    compute (TAPS picks a strategy per op; the dominant one stands for the plan).
+    compute (TAPS picks a strategy per op; the sizes most compute runs at stand for the plan).
 
-    ``tp`` splits a model dimension inside a host (tensor parallelism), ``tp_across`` across
-    hosts; ``pp`` pipeline stages; ``dp`` batch ways over all GPUs (``dp_across`` of them across
-    hosts); ``copies`` hosts of a stage that compute the same thing (replicated work, 1 when
-    none); ``zero`` the ZeRO stage most ops use; ``recompute`` recomputed layers out of
-    ``layers``; ``letters`` the planner's label of the dominant strategy.
+    ``tp`` ways a model dimension is split over all GPUs (tensor parallelism; ``tp_across`` of
+    them across nodes); ``pp`` pipeline stages; ``dp`` batch ways over all GPUs (``dp_across``
+    of them across nodes); ``copies`` nodes of a stage that compute the same thing (replicated
+    work, 1 when none); ``zero`` the ZeRO stage most ops use; ``recompute`` recomputed layers
+    out of ``layers``; ``microbatches`` per step; ``training`` whether gradients are synced;
+    ``letters`` the planner's label of the dominant strategy.
     """
 
     tp: int
@@ -143,14 +144,15 @@ class Shape:
     layers: int
     microbatches: int
     letters: str
+    training: bool = True
 
     def words(self) -> str:
-        """``TP 2 x PP 1 x DP 8 (2 across hosts), ZeRO-2, 2 micro-batches``."""
-        tp = f"TP {self.tp}" + (f" (x{self.tp_across} across hosts)" if self.tp_across > 1 else "")
-        dp = f"DP {self.dp}" + (f" ({self.dp_across} across hosts)" if self.dp_across > 1 else "")
+        """``TP 2 x PP 1 x DP 8 (2 across nodes), ZeRO-2``; replicated work named."""
+        tp = f"TP {self.tp}" + (f" ({self.tp_across} across nodes)" if self.tp_across > 1 else "")
+        dp = f"DP {self.dp}" + (f" ({self.dp_across} across nodes)" if self.dp_across > 1 else "")
         parts = [f"{tp} x PP {self.pp} x {dp}"]
         if self.copies > 1:
-            parts.append(f"replicated work: {self.copies} hosts compute the same")
+            parts.append(f"replicated work: {self.copies} nodes compute the same")
         if self.zero:
             parts.append(f"ZeRO-{self.zero}")
         if self.recompute:
@@ -166,70 +168,90 @@ def _ways(split: Sequence[tuple[str, int]], batch: bool) -> int:
 
 
 def plan_shape(plan: Plan) -> Shape:
-    """The :class:`Shape` of ``plan`` (see there)."""
-    weight: Counter[tuple] = Counter()
+    """The :class:`Shape` of ``plan`` (see there): the (TP, DP) sizes inside and across nodes
+    that most of the compute (seconds per step) runs at."""
+    weight: Counter[tuple[int, int, int, int]] = Counter()
+    letters: dict[tuple[int, int, int, int], Counter[str]] = {}
     for op in plan.ops:
-        weight[(op.strategy.inter, op.strategy.intra, op.strategy.label())] += op.compute_s
-    inter, intra, letters = weight.most_common(1)[0][0] if weight else ((), (), "")
+        s = op.strategy
+        key = (_ways(s.intra, False), _ways(s.inter, False), _ways(s.intra, True),
+               _ways(s.inter, True))  # (tp inside, tp across, dp inside, dp across)
+        weight[key] += op.compute_s
+        letters.setdefault(key, Counter())[s.label()] += op.compute_s
+    key = weight.most_common(1)[0][0] if weight else (1, 1, 1, 1)
+    tp_in, tp_across, dp_in, dp_across = key
     pi = plan.pipeline
     pp = len(pi.stages) if pi is not None else 1
-    hosts = max(plan.nodes // pp, 1)  # hosts per stage
-    used = _ways(inter, True) * _ways(inter, False)
+    nodes = max(plan.nodes // pp, 1)  # nodes per stage
     zeros = Counter(op.zero for op in plan.ops)
     return Shape(
-        tp=_ways(intra, False),
-        tp_across=_ways(inter, False),
+        tp=tp_in * tp_across,
+        tp_across=tp_across,
         pp=pp,
-        dp=_ways(intra, True) * _ways(inter, True),
-        dp_across=_ways(inter, True),
-        copies=max(hosts // max(used, 1), 1),
+        dp=dp_in * dp_across,
+        dp_across=dp_across,
+        copies=max(nodes // max(tp_across * dp_across, 1), 1),
         zero=max(zeros, key=lambda z: (zeros[z], z)) if zeros else 0,
         recompute=plan.recomputed_layers,
         layers=len({op.layer for op in plan.ops if op.layer is not None}),
         microbatches=pi.microbatches if pi is not None else plan.microbatches,
-        letters=letters,
+        letters=letters[key].most_common(1)[0][0] if key in letters else "",
+        training=plan.mode == "train",
     )
 
 
-def _nth(n: int) -> str:
-    return {2: "second", 3: "third", 4: "fourth"}.get(n, f"{n}th")
+def _who(slow: Shape) -> str:
+    """Who repeats work in ``slow``: 'the second node would only duplicate' and the like."""
+    if slow.copies == 2 and slow.pp == 1:
+        return "the second node would only duplicate"
+    if slow.pp > 1:
+        return f"the {slow.copies} nodes of each stage duplicate"
+    return f"{slow.copies - 1} of the {slow.copies} nodes only duplicate"
 
 
 def shape_change_words(slow: Shape, fast: Shape) -> str:
     """What changes from the faster-network plan's structure ``fast`` to the slower-network
     plan's ``slow``, in Megatron-LM terms, the planner's letters beside (empty: no change).
 
-    >>> a = Shape(4, 1, 1, 4, 2, 1, 2, 0, 12, 1, "inter[b2] intra[b2,n4]")
-    >>> b = Shape(4, 1, 1, 2, 1, 2, 2, 0, 12, 1, "inter[R] intra[b2,n4]")
-    >>> shape_change_words(b, a).split(":")[0]
-    'DP 4 -> 2'
+    >>> a = Shape(2, 1, 1, 8, 2, 1, 2, 0, 12, 1, "inter[b2] intra[b4,n2]")
+    >>> b = Shape(2, 1, 1, 4, 1, 2, 2, 0, 12, 1, "inter[R] intra[b4,n2]")
+    >>> shape_change_words(b, a).split(" (planner")[0]
+    'DP 2 -> 1 across nodes (8 -> 4 in all): the second node would only duplicate work, \
+because at this bandwidth syncing gradients costs more than it saves'
     """
     clauses = []
+    more_copies = slow.copies > fast.copies
     if slow.pp != fast.pp:
-        clauses.append(
-            f"PP {fast.pp} -> {slow.pp}: "
-            + (
-                "pipeline stages dropped"
-                if slow.pp < fast.pp
-                else f"{slow.pp} pipeline stages, only the boundary activations cross hosts"
-            )
+        text = f"PP {fast.pp} -> {slow.pp}: " + (
+            "pipeline stages dropped" if slow.pp == 1
+            else "fewer pipeline stages" if slow.pp < fast.pp
+            else f"{slow.pp} pipeline stages, only the boundary activations cross nodes"
         )
-    if slow.tp != fast.tp or slow.tp_across != fast.tp_across:
-        clauses.append(f"TP {fast.tp * fast.tp_across} -> {slow.tp * slow.tp_across}")
-    if slow.dp != fast.dp or slow.copies != fast.copies:
-        text = f"DP {fast.dp} -> {slow.dp}"
-        if slow.copies > fast.copies:
-            who = (
-                f"the {_nth(slow.copies)} node" if slow.copies == 2 and slow.pp == 1
-                else f"{slow.copies} hosts of each stage" if slow.pp > 1
-                else f"{slow.copies - 1} of the {slow.copies} nodes"
-            )
-            verb = "would only duplicate" if slow.copies == 2 else "only duplicate"
+        if more_copies and slow.dp_across == fast.dp_across:
             text += (
-                f": {who} {verb} work, because at this bandwidth syncing gradients "
-                "across hosts costs more than it saves"
+                f", so {_who(slow)} work (at this bandwidth sending activations between stages "
+                "costs more than it saves)"
             )
         clauses.append(text)
+    if slow.tp != fast.tp or slow.tp_across != fast.tp_across:
+        where = (
+            f" ({fast.tp_across} -> {slow.tp_across} across nodes)"
+            if slow.tp_across != fast.tp_across else ""
+        )
+        clauses.append(f"TP {fast.tp} -> {slow.tp}{where}")
+    if slow.dp_across != fast.dp_across:
+        text = f"DP {fast.dp_across} -> {slow.dp_across} across nodes"
+        if slow.dp != fast.dp:
+            text += f" ({fast.dp} -> {slow.dp} in all)"
+        if more_copies:
+            cost = (
+                "syncing gradients costs more than it saves" if slow.training
+                else "exchanging activations costs more than it saves"
+            )
+            text += f": {_who(slow)} work, because at this bandwidth {cost}"
+        clauses.append(text)
+    elif slow.dp != fast.dp:
+        clauses.append(f"DP {fast.dp} -> {slow.dp}")
     if slow.zero != fast.zero:
         clauses.append(f"ZeRO-{fast.zero} -> ZeRO-{slow.zero}")
     if slow.recompute != fast.recompute:
@@ -242,6 +264,7 @@ def shape_change_words(slow: Shape, fast: Shape) -> str:
         f" (planner: {fast.letters} -> {slow.letters})" if fast.letters != slow.letters else ""
     )
     return "; ".join(clauses) + letters + "."
+
 
 
 def coarse_to_fine(n: int) -> list[int]:

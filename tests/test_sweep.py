@@ -20,8 +20,11 @@ from taps_core.sweep import (
     log_bandwidths,
     node_inter_bandwidth,
     plan_key,
+    plan_shape,
     reprice,
     scale_inter_bandwidth,
+    shape_change_words,
+    sweep_grid,
     sweep_inter_bandwidth,
 )
 
@@ -184,3 +187,30 @@ def test_a_bandwidth_computed_two_ways_is_one_point(gpt2):
     assert run.at("taps", mid) is first and run.searches == searches
     plan = run.found("taps", mid, searched=True).plan
     assert run.at("taps", grid[1]).searched and plan is run.found("taps", grid[1]).plan
+
+
+def test_sweep_grid_always_holds_the_clusters_own_bandwidth():
+    assert sweep_grid(1e9, 400e9, 3, 200e9) == pytest.approx((1e9, 20e9, 200e9, 400e9))
+    assert sweep_grid(1e9, 10e9, 2, 200e9)[-1] == 200e9  # outside the range too
+    assert len(sweep_grid(1e9, 400e9, 2, 400e9)) == 2  # no duplicate
+
+
+def test_own_bandwidth_is_the_plan_pages_plan_and_changes_speak_megatron(gpt2):
+    """At the cluster's own bandwidth the sweep is the Plan page's search (same plan, same
+    step time); gpt2's slow-network change reads in Megatron's TP/PP/DP words."""
+    topo = preset("dgx-a100:2")
+    own = node_inter_bandwidth(topo)
+    sw = sweep_inter_bandwidth(gpt2, topo, sweep_grid(2e9, 400e9, 3, own), labels=("taps",))
+    (point,) = [p for p in sw.points if sw.is_own(p.node_bandwidth_Bps)]
+    plan = search(gpt2, topo)
+    assert point.plans["taps"].total_time_s == plan.total_time_s
+    assert point.plans["taps"].strategies == plan_key(plan)
+    assert point.plans["taps"].shape == plan_shape(plan)
+    slow, fast = sw.points[0].plans["taps"].shape, point.plans["taps"].shape
+    assert (fast.dp_across, slow.dp_across, slow.copies) == (2, 1, 2)
+    assert fast.tp * fast.pp * fast.dp * fast.copies == topo.num_gpus
+    words = shape_change_words(slow, fast)
+    assert words.startswith("DP 2 -> 1 across nodes") and "the second node would only " \
+        "duplicate work, because at this bandwidth syncing gradients" in words
+    assert "planner:" in words and shape_change_words(fast, fast) == ""
+    assert sw.changes and all(c.words.startswith(c.structure) for c in sw.changes)
