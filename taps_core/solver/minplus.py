@@ -10,6 +10,7 @@ fast as over a middle axis, measured) stay near :data:`CHUNK_ELEMENTS` elements.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -18,6 +19,7 @@ import numpy as np
 T = TypeVar("T")
 
 CHUNK_ELEMENTS = 1 << 18  # temporaries of one chunk stay cache-sized (2 MiB of float64)
+PARALLEL_ELEMENTS = 1 << 21  # dense products at least this big (i x j x k) use two threads
 
 
 def min_plus(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -58,16 +60,35 @@ def _product(
     arg = np.empty((n_i, n_k), dtype=np.int32) if with_arg else None
     a = np.ascontiguousarray(a)  # callers pass transposed views; j must be contiguous
     right = np.ascontiguousarray((mid[:, None] + b).T)  # [k, j]: j last, reduced contiguously
+    if n_i < 2 or n_i * n_j * n_k < PARALLEL_ELEMENTS:
+        _dense_rows(a, right, out, arg, 0, n_i)
+        return out, arg
+    half = n_i // 2  # numpy releases the GIL: the other half runs on a second core
+    other = threading.Thread(target=_dense_rows, args=(a, right, out, arg, half, n_i))
+    other.start()
+    _dense_rows(a, right, out, arg, 0, half)
+    other.join()
+    return out, arg
+
+
+def _dense_rows(
+    a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.ndarray | None, lo: int, hi: int
+) -> None:
+    """Rows ``lo:hi`` of the dense product into ``out`` (and ``arg``), chunk by chunk through one
+    reused ``[i, k, j]`` buffer (fresh temporaries of this size cost page faults each time)."""
+    n_k, n_j = right.shape
     step = max(1, CHUNK_ELEMENTS // max(1, n_j * n_k))
-    for s in range(0, n_i, step):
-        block = a[s : s + step, None, :] + right[None, :, :]  # [i, k, j]
+    buf = np.empty((min(step, hi - lo), n_k, n_j))
+    for s in range(lo, hi, step):
+        e = min(hi, s + step)
+        block = buf[: e - s]
+        np.add(a[s:e, None, :], right[None, :, :], out=block)  # [i, k, j]
         if arg is None:
-            out[s : s + step] = block.min(axis=2)
+            block.min(axis=2, out=out[s:e])
             continue
         idx = block.argmin(axis=2)
-        arg[s : s + step] = idx
-        out[s : s + step] = np.take_along_axis(block, idx[:, :, None], axis=2)[:, :, 0]
-    return out, arg
+        arg[s:e] = idx
+        out[s:e] = np.take_along_axis(block, idx[:, :, None], axis=2)[:, :, 0]
 
 
 def _selecting(
@@ -84,15 +105,15 @@ def _selecting(
     if not with_arg:
         out[:, cols[starts]] = np.minimum.reduceat(base[:, order], starts, axis=1)
         return out, None
+    vals = base[:, order]  # [i, j] grouped by the k each j selects
+    mins = np.minimum.reduceat(vals, starts, axis=1)
+    out[:, cols[starts]] = mins
+    # the first j of each group reaching its minimum (argmin's choice), for all rows at once
+    sizes = np.diff(np.r_[starts, len(order)])
+    hit = vals == np.repeat(mins, sizes, axis=1)
+    first = np.minimum.reduceat(np.where(hit, np.arange(len(order)), len(order)), starts, axis=1)
     arg = np.zeros((a.shape[0], b.shape[1]), dtype=np.int32)
-    ends = np.r_[starts[1:], len(order)]
-    rows = np.arange(a.shape[0])
-    for s, e in zip(starts, ends):
-        members = order[s:e]
-        sub = base[:, members]
-        pick = sub.argmin(axis=1)
-        out[:, cols[s]] = sub[rows, pick]
-        arg[:, cols[s]] = members[pick]
+    arg[:, cols[starts]] = order[first]
     return out, arg
 
 
