@@ -20,6 +20,7 @@ same costs as matrices over many layouts at once (what the search needs).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,20 +180,24 @@ class Resharder:
                 self._copies[c] = ((c - 1) * alpha, (c - 1) / c * beta)
         return self._copies[c]
 
+    def _level_table(
+        self, lv: int, src: list[Layout], dst: list[Layout]
+    ) -> Callable[[int], np.ndarray]:
+        """Channel ``c`` of :meth:`_entry` as a [len(src), len(dst)] matrix, one channel at a
+        time (the table is built over the distinct per-level splits only)."""
+        ua = sorted({(a[lv], a[2][lv]) for a in src})
+        ub = sorted({b[lv] for b in dst})
+        pa = {x: i for i, x in enumerate(ua)}
+        pb = {x: i for i, x in enumerate(ub)}
+        ia = np.array([pa[(a[lv], a[2][lv])] for a in src])[:, None]
+        ib = np.array([pb[b[lv]] for b in dst])[None, :]
+        ent = np.array([[self._entry(lv, a, p, b) for b in ub] for a, p in ua], dtype=float)
+        return lambda c: ent[:, :, c][ia, ib]
+
     def convert(self, nbytes: float, src: list[Layout], dst: list[Layout]) -> np.ndarray:
         """Matrix [len(src), len(dst)] of seconds to convert (same as :func:`convert_phases`)."""
-        tabs = []
-        for lv in (INTER, INTRA):
-            ua = sorted({(a[lv], a[2][lv]) for a in src})
-            ub = sorted({b[lv] for b in dst})
-            pa = {x: i for i, x in enumerate(ua)}
-            pb = {x: i for i, x in enumerate(ub)}
-            ia = np.array([pa[(a[lv], a[2][lv])] for a in src])
-            ib = np.array([pb[b[lv]] for b in dst])
-            ent = np.array([[self._entry(lv, a, p, b) for b in ub] for a, p in ua], dtype=float)
-            tabs.append(ent[np.ix_(ia, ib)])  # [src, dst, 5]
-        inter, intra = tabs
-        busy = inter[:, :, 4] > 0
+        inter, intra = (self._level_table(lv, src, dst) for lv in (INTER, INTRA))
+        busy = inter(4) > 0
         src_inter = np.array([math.prod(a[INTER]) for a in src], dtype=float)[:, None]
         dst_inter = np.array([math.prod(b[INTER]) for b in dst], dtype=float)[None, :]
         dst_intra = np.array([math.prod(b[INTRA]) for b in dst], dtype=float)[None, :]
@@ -200,16 +205,13 @@ class Resharder:
         sliced = copies > 1
         intra_other = np.where(busy, src_inter, dst_inter)
         inter_other = np.where(sliced, float(self.g), dst_intra)
-        intra_lat = np.where(sliced, intra[:, :, 2], intra[:, :, 0])
-        intra_coef = np.where(sliced, intra[:, :, 3], intra[:, :, 1])
+        intra_lat = np.where(sliced, intra(2), intra(0))
+        intra_coef = np.where(sliced, intra(3), intra(1))
         total = intra_lat + intra_coef * nbytes / intra_other
-        total = total + inter[:, :, 0] + inter[:, :, 1] * nbytes / inter_other
-        cvals = sorted({int(c) for c in np.unique(copies)})
-        gl = np.zeros_like(copies)
-        gb = np.zeros_like(copies)
-        for c in cvals:
-            lat, beta = self._gather_copies(c)
-            gl = np.where(copies == c, lat, gl)
-            gb = np.where(copies == c, beta, gb)
+        total = total + inter(0) + inter(1) * nbytes / inter_other
+        cvals = np.unique(copies)  # the all-gather over a host's copies, per copy count
+        gather = np.array([self._gather_copies(int(c)) for c in cvals])
+        at = np.searchsorted(cvals, copies)
+        gl, gb = gather[at, 0], gather[at, 1]
         out_bytes = nbytes / (dst_inter * dst_intra)
         return total + gl + gb * out_bytes
