@@ -1,4 +1,4 @@
-"""Command line: ``python -m taps_core {models,topologies,plan,compare,solve-graph,export}``.
+"""Command line: ``python -m taps_core {models,topologies,plan,compare,sweep,solve-graph,export}``.
 
 Bad input prints one line naming the field and exits with code 2; never a traceback. Inputs
 are bounded (:mod:`taps_core.limits`) before any work, ``--json`` targets are checked before
@@ -29,6 +29,14 @@ from taps_core.search.fixed_config import parse_fixed, plan_fixed
 from taps_core.search.flat import COST_MODELS
 from taps_core.search.planner import search
 from taps_core.solver import iopddl, problem_from_json, solve
+from taps_core.sweep import (
+    MAX_POINTS,
+    Sweep,
+    node_inter_bandwidth,
+    sweep_grid,
+    sweep_inter_bandwidth,
+    sweep_to_json,
+)
 from taps_core.topology import Topology
 from taps_core.topology_io import load_topology
 
@@ -100,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
                 'e.g. "tp=8,pp=8,dp=24,mbs=1,recompute=full,zero=1,sp=1"',
             )
         q.add_argument("--json", metavar="PATH|-", help="write the JSON report ('-' = stdout)")
+    _add_sweep_parser(sub)
     s = sub.add_parser(
         "solve-graph",
         help="solve a pairwise cost problem: the native JSON or Google's IOPDDL format",
@@ -114,6 +123,92 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_export_parser(sub)
     return p
+
+
+def _add_sweep_parser(sub: Any) -> None:
+    """``sweep MODEL --topology T --from GBPS --to GBPS --points N [--json PATH|-]``."""
+    q = sub.add_parser(
+        "sweep",
+        help="step time of TAPS and the baselines as the inter-node bandwidth varies",
+    )
+    q.add_argument("model", help=f"sample name ({', '.join(sample_names())}) or config.json")
+    q.add_argument("--topology", required=True, help="preset like dgx-a100:2 or a JSON path")
+    q.add_argument("--from", dest="low", type=float, required=True, metavar="GBPS",
+                   help="lowest bandwidth per host (GB/s, summed over a host's NICs)")
+    q.add_argument("--to", dest="high", type=float, required=True, metavar="GBPS",
+                   help="highest bandwidth per host (GB/s)")
+    q.add_argument("--points", type=int, default=8, metavar="N",
+                   help=f"bandwidths, log-spaced (1 to {MAX_POINTS}); the cluster's own "
+                   "bandwidth is always added")
+    q.add_argument("--plans", default="volume,megatron,data_parallel", metavar="LIST",
+                   help="baselines beside TAPS, comma-separated ('' for TAPS alone)")
+    q.add_argument("--mode", default="train", choices=("train", "infer"))
+    q.add_argument("--batch", type=int, help="global batch size (samples)")
+    q.add_argument("--seq", type=int, help="sequence length (tokens)")
+    q.add_argument("--dtype", choices=sorted(DTYPE_BYTES))
+    q.add_argument("--flash-attention", action="store_true", default=None)
+    q.add_argument("--memory-limit", type=float, metavar="GB",
+                   help="memory per device in GiB (default: the GPU's memory)")
+    q.add_argument("--json", metavar="PATH|-", help="write the sweep JSON ('-' = stdout)")
+
+
+def _sweep_grid(args: argparse.Namespace, own_Bps: float) -> tuple[float, ...]:
+    """The bandwidths (bytes/s per host) of ``--from``/``--to``/``--points``, the cluster's own
+    added; each flag checked on its own so the error names it."""
+    for flag, value in (("--from", args.low), ("--to", args.high)):
+        if not (value > 0 and value < float("inf")):  # NaN fails too
+            raise InvalidInputError(flag, value, "a bandwidth > 0 (GB/s per host)")
+    if args.high < args.low:
+        raise InvalidInputError("--to", args.high, f">= --from ({args.low:g} GB/s)")
+    if not 1 <= args.points <= MAX_POINTS:
+        raise InvalidInputError("--points", args.points, f"between 1 and {MAX_POINTS}")
+    return sweep_grid(args.low * 1e9, args.high * 1e9, args.points, own_Bps)
+
+
+def _sweep(args: argparse.Namespace) -> Sweep:
+    """The sweep of ``args`` (inputs checked before any search)."""
+    baselines = tuple(x.strip() for x in args.plans.split(",") if x.strip())
+    known = ("volume", "megatron", "data_parallel")
+    bad = [b for b in baselines if b not in known]
+    if bad:
+        raise InvalidInputError("--plans", args.plans, f"a comma-separated subset of {known}")
+    topo = load_topology(args.topology)
+    if topo.nodes < 2:
+        raise InvalidInputError(
+            "--topology", args.topology, "a cluster of 2 or more hosts (one host has no "
+            "inter-node network to sweep)"
+        )
+    grid = _sweep_grid(args, node_inter_bandwidth(topo))
+    limit = _limit(args)
+    graph, _ = _workload(args)
+    return sweep_inter_bandwidth(
+        graph, topo, grid, mode=args.mode, memory_limit_bytes=limit,
+        labels=("taps", *baselines),
+    )
+
+
+def _sweep_table(sw: Sweep) -> str:
+    """One row per bandwidth (ms per step per plan, TAPS's structure), then the changes."""
+    labels = sw.labels
+    head = f"{'GB/s per host':>15}" + "".join(f" {lb + ' ms':>17}" for lb in labels)
+    lines = [head + "  TAPS structure (Megatron terms)"]
+    for p in sw.done:
+        bw = p.node_bandwidth_Bps / 1e9
+        mark = " (this cluster)" if sw.is_own(p.node_bandwidth_Bps) else ""
+        cells = "".join(
+            f" {'does not fit' if p.plans[lb].total_time_s is None else _ms(p.plans[lb]):>17}"
+            for lb in labels
+        )
+        shape = p.plans["taps"].shape
+        lines.append(f"{bw:>15.3g}{cells}  {shape.words() if shape else ''}{mark}")
+    for c in sw.changes:
+        what = c.structure or c.words
+        lines.append(f"change {c.low_Bps / 1e9:.3g}-{c.high_Bps / 1e9:.3g} GB/s: {what}")
+    return "\n".join(lines)
+
+
+def _ms(q: Any) -> str:
+    return f"{q.total_time_s * 1e3:.4g}"
 
 
 def _budget(args: argparse.Namespace) -> float:
@@ -271,6 +366,10 @@ def run(argv: list[str]) -> int:
         )
         if not _emit(compare_to_json(plans), args.json):
             print(_compare_table(plans))
+    elif args.command == "sweep":
+        sw = _sweep(args)
+        if not _emit(sweep_to_json(sw), args.json):
+            print(_sweep_table(sw))
     elif args.command == "export":
         return run_export(args)
     else:

@@ -245,3 +245,63 @@ def test_plan_space_bad_input_is_one_line(capsys, extra, words):
     code, out, err = _run(["plan", "gpt2", "--topology", "dgx-a100:2", *extra], capsys)
     assert code == 2 and out == ""
     assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+SWEEP = ["sweep", "gpt2", "--topology", "dgx-a100:2", "--batch", "8", "--seq", "128"]
+
+
+def test_sweep_json_is_the_engines_sweep(capsys):
+    """``sweep --json -``: every point's plans as ``compare --json`` prints them, the cluster's
+    own bandwidth a point, equal to the engine's sweep of the same inputs."""
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.presets import preset
+    from taps_core.sweep import sweep_grid, sweep_inter_bandwidth, sweep_to_json
+
+    args = [*SWEEP, "--from", "5", "--to", "400", "--points", "2", "--plans", "volume"]
+    code, out, _ = _run([*args, "--json", "-"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert [p["own"] for p in data["points"]] == [False, True, False]
+    assert [p["bandwidth_GBps"] for p in data["points"]] == pytest.approx([5, 200, 400])
+    for p in data["points"]:
+        assert set(p["plans"]) == {"taps", "volume"}
+        for plan in p["plans"].values():
+            assert set(plan) >= PLAN_KEYS and plan["structure"].startswith("TP ")
+    graph = build_graph(load_model_config("gpt2").with_workload(batch_size=8, seq_length=128))
+    topo = preset("dgx-a100:2")
+    sw = sweep_inter_bandwidth(
+        graph, topo, sweep_grid(5e9, 400e9, 2, 200e9), labels=("taps", "volume")
+    )
+    assert _timeless(json.loads(json.dumps(sweep_to_json(sw)))) == _timeless(data)
+    code, out, _ = _run(args, capsys)  # the table: the same step times, rounded
+    assert code == 0 and "(this cluster)" in out and "TP " in out
+    taps_own = data["points"][1]["plans"]["taps"]
+    assert f"{taps_own['totals']['total_time_s'] * 1e3:.4g}" in out
+
+
+def _timeless(data):
+    """``data`` without the searches' wall-clock times (all else is deterministic)."""
+    if isinstance(data, dict):
+        return {k: _timeless(v) for k, v in data.items() if k != "time_s"}
+    return [_timeless(v) for v in data] if isinstance(data, list) else data
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag"),
+    [
+        (["--from", "0", "--to", "10"], "--from"),
+        (["--from", "nan", "--to", "10"], "--from"),
+        (["--from", "10", "--to", "1"], "--to"),
+        (["--from", "1", "--to", "10", "--points", "41"], "--points"),
+        (["--from", "1", "--to", "10", "--plans", "alpa"], "--plans"),
+    ],
+)
+def test_sweep_bad_input_names_the_flag(capsys, extra, flag):
+    code, out, err = _run([*SWEEP, *extra], capsys)
+    assert code == 2 and not out and err.count("\n") == 1 and err.startswith(f"error: {flag}")
+
+
+def test_sweep_single_host_is_refused(capsys):
+    code, _, err = _run(["sweep", "gpt2", "--topology", "dgx-a100:1", "--from", "1", "--to",
+                         "2"], capsys)
+    assert code == 2 and "--topology" in err and "2 or more hosts" in err
