@@ -1,5 +1,10 @@
 """Bandwidth sweep: step time of TAPS and each baseline as the network between hosts speeds up,
-drawn as it is computed, with every change of TAPS's plan located and explained."""
+drawn as it is computed, with every change of TAPS's plan located and explained.
+
+The cluster's own bandwidth is always a point, planned as the Plan page plans it (same search,
+pipeline stages included), so the sweep there is the Plan page's step time. Tables come from
+:func:`taps_core.sweep.sweep_to_json`'s numbers (what ``python -m taps_core sweep`` prints),
+rounded to 4 significant digits."""
 
 from __future__ import annotations
 
@@ -10,9 +15,16 @@ from dashboard.charts import CHANGE_MARKS, plan_name, sweep_figure
 from dashboard.widgets import context_caption, need_model, need_topology, show_chart, titled
 from taps_core.report import fmt_seconds
 from taps_core.search.baselines import BASELINES
-from taps_core.sweep import log_bandwidths, node_inter_bandwidth
+from taps_core.sweep import Priced, Sweep, node_inter_bandwidth, sweep_grid
 
 WARM_TAPS_AFTER_S = 2.0  # seconds per search above which TAPS is warm-started too
+DIGITS = 4  # significant digits in the tables (ms, GB/s)
+
+
+def sig(value: float | None, digits: int = DIGITS) -> float | None:
+    """``value`` rounded to ``digits`` significant digits (None stays None): 31.51, not
+    31.514555166975864."""
+    return None if value is None else float(f"{value:.{digits}g}")
 
 
 def main() -> None:
@@ -36,13 +48,15 @@ def main() -> None:
     c[3].multiselect("Compare TAPS with", BASELINES[1:], key="sweep_curves", format_func=plan_name)
     lo, hi = sorted((float(ss["sweep_lo"]), float(ss["sweep_hi"])))
     labels = tuple(lb for lb in BASELINES if lb in ss["sweep_curves"] or lb == "taps")
-    grid = log_bandwidths(lo * 1e9, hi * 1e9, int(ss["sweep_points"]))
+    # the cluster's own bandwidth is always a point: there the sweep is the Plan page's plan
+    grid = sweep_grid(lo * 1e9, hi * 1e9, int(ss["sweep_points"]), current)
     # a slow search previews TAPS warm-started; the finished sweep is the same either way
     here = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes)
     warm = not isinstance(here, cache.Failure) and here.search.time_s > WARM_TAPS_AFTER_S
     st.caption(
         f"Every network link is rescaled so a host's NICs add up to the swept bandwidth "
-        f"(this cluster: {current / 1e9:.3g} GB/s per host); NVLink and PCIe stay as they are. "
+        f"(this cluster: {current / 1e9:.3g} GB/s per host, always a point, planned as the Plan "
+        "page plans it); NVLink and PCIe stay as they are. Every plan may use pipeline stages. "
         + (
             "One search takes "
             f"{fmt_seconds(here.search.time_s)} here, so TAPS is first drawn re-costed between "
@@ -86,8 +100,9 @@ def main() -> None:
     regime_table(sw)
 
 
-def explain_changes(sw) -> None:
-    """The numbered plan changes in words, and hosts repeating work."""
+def explain_changes(sw: Sweep) -> None:
+    """The numbered plan changes: the structure in Megatron's terms first, then the planner's
+    per-op words; and a warning where hosts repeat work."""
     st.subheader("Where TAPS changes its plan, and why")
     if not sw.changes:
         st.info(
@@ -96,7 +111,14 @@ def explain_changes(sw) -> None:
         )
     for i, c in enumerate(sw.changes):
         mark = CHANGE_MARKS[i] if i < len(CHANGE_MARKS) else str(i + 1)
-        st.markdown(f"**{mark}** {c.words}")
+        where = f"{c.low_Bps / 1e9:.3g} – {c.high_Bps / 1e9:.3g} GB/s per host"
+        rest = c.words[len(c.structure):].strip() if c.words.startswith(c.structure) else c.words
+        if c.structure:
+            st.markdown(f"**{mark} At {where}, going slower: {c.structure}**")
+            st.caption(rest)
+        else:
+            st.markdown(f"**{mark} At {where}: the same Megatron structure**, finer choices: "
+                        + c.words)
     repeat = [
         p for p in sw.done if p.plans["taps"].fits and p.plans["taps"].replicated_across >= 0.5
     ]
@@ -109,7 +131,12 @@ def explain_changes(sw) -> None:
         )
 
 
-def regime_table(sw) -> None:
+def _structure(q: Priced) -> str:
+    return q.shape.words() if q.shape is not None else "does not fit"
+
+
+def regime_table(sw: Sweep) -> None:
+    """One row per run of points with one TAPS plan, then every point (rounded)."""
     st.subheader("TAPS plan regimes")
     rows = []
     for r in sw.regimes:
@@ -117,10 +144,15 @@ def regime_table(sw) -> None:
         times = dict.fromkeys(
             fmt_seconds(p.plans["taps"].total_time_s) for p in (a, b) if p.plans["taps"].fits
         )
+        own = any(
+            sw.is_own(p.node_bandwidth_Bps) for p in sw.points[r.first : r.last + 1] if p
+        )
         rows.append(
             {
                 "GB/s per host": f"{r.low_Bps / 1e9:.3g}"
-                + (f" – {r.high_Bps / 1e9:.3g}" if r.last > r.first else ""),
+                + (f" – {r.high_Bps / 1e9:.3g}" if r.last > r.first else "")
+                + (" (this cluster inside)" if own else ""),
+                "structure (Megatron terms)": r.shape.words() if r.shape else "does not fit",
                 "TAPS plan (strategies carrying most compute)": r.summary,
                 "hosts repeat": f"{100 * r.replicated_across:.0f}% of compute",
                 "TAPS step time": " – ".join(times) or "n/a",
@@ -128,19 +160,29 @@ def regime_table(sw) -> None:
         )
     st.dataframe(rows, hide_index=True, width="stretch")
     with st.expander("Every point"):
-        table = []
-        for p in sw.done:
-            row = {"GB/s per host": p.node_bandwidth_Bps / 1e9}
-            for lb, q in p.plans.items():
-                row[f"{plan_name(lb)} step (ms)"] = (
-                    None if q.total_time_s is None else q.total_time_s * 1e3
-                )
-                row[f"{plan_name(lb)} comm (ms)"] = (
-                    None if q.comm_time_s is None else q.comm_time_s * 1e3
-                )
-            row["TAPS plan"] = p.plans["taps"].summary
-            table.append(row)
-        st.dataframe(table, hide_index=True, width="stretch")
+        st.dataframe(point_rows(sw), hide_index=True, width="stretch")
+
+
+def point_rows(sw: Sweep) -> list[dict[str, object]]:
+    """Every computed point: bandwidth, each plan's step and communication (ms, 4 significant
+    digits), TAPS's structure; the cluster's own bandwidth marked."""
+    table = []
+    for p in sw.done:
+        row: dict[str, object] = {
+            "GB/s per host": sig(p.node_bandwidth_Bps / 1e9),
+            "point": "this cluster" if sw.is_own(p.node_bandwidth_Bps) else "",
+        }
+        for lb, q in p.plans.items():
+            row[f"{plan_name(lb)} step (ms)"] = sig(
+                None if q.total_time_s is None else q.total_time_s * 1e3
+            )
+            row[f"{plan_name(lb)} comm (ms)"] = sig(
+                None if q.comm_time_s is None else q.comm_time_s * 1e3
+            )
+        row["TAPS structure (Megatron terms)"] = _structure(p.plans["taps"])
+        row["TAPS plan"] = p.plans["taps"].summary
+        table.append(row)
+    return table
 
 
 main()

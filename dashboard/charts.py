@@ -547,7 +547,8 @@ CHANGE_MARKS = "①②③④⑤⑥⑦⑧⑨⑩"
 
 def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     """Step time per plan against inter-node bandwidth (top), its communication and compute
-    parts (bottom), TAPS's plan changes as shaded bands, hosts repeating work as hollow marks.
+    parts (bottom), TAPS's plan changes as shaded bands, hosts repeating work as hollow marks,
+    the cluster's own bandwidth (a point of the sweep) as a star on TAPS's curve.
 
     Points not computed yet are gaps bridged by the line, so a sweep in progress shows its
     shape.
@@ -607,10 +608,14 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
                 symbol=symbol,
             ),
             customdata=np.array(
-                [[c or 0.0, m or 0.0, 100 * r] for c, m, r in zip(comm, comp, rep)]
+                [
+                    [c or 0.0, m or 0.0, 100 * r, (q.bubble_time_s or 0.0) * 1e3 if q else 0.0]
+                    for c, m, r, q in zip(comm, comp, rep, priced)
+                ]
             ),
-            hovertemplate="%{x:.3g} GB/s per host<br>step %{y:.3g} ms = communication "
-            "%{customdata[0]:.3g} ms + compute %{customdata[1]:.3g} ms<br>hosts repeat "
+            hovertemplate="%{x:.3g} GB/s per host<br>step %{y:.4g} ms = communication "
+            "%{customdata[0]:.3g} ms + compute %{customdata[1]:.3g} ms + pipeline bubble "
+            "%{customdata[3]:.3g} ms<br>hosts repeat "
             "%{customdata[2]:.0f}% of the compute<extra>" + name + "</extra>",
             row=1,
             col=1,
@@ -637,6 +642,24 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
                 row=2,
                 col=1,
             )
+    own = [
+        (p.node_bandwidth_Bps / 1e9, p.plans["taps"].total_time_s * 1e3)
+        for p in sw.points
+        if p is not None and sw.is_own(p.node_bandwidth_Bps) and p.plans["taps"].fits
+    ]
+    if own:  # the cluster's own bandwidth is a point: the Plan page's plan and step time
+        fig.add_scatter(
+            x=[own[0][0]],
+            y=[own[0][1]],
+            name="this cluster (the Plan page's plan)",
+            mode="markers",
+            marker=dict(size=18, symbol="star", color="#facc15", line=dict(color="#111827",
+                                                                         width=1.5)),
+            hovertemplate="this cluster: %{x:.3g} GB/s per host<br>TAPS step %{y:.4g} ms"
+            "<extra></extra>",
+            row=1,
+            col=1,
+        )
     fig.add_scatter(  # legend key for hollow marks
         x=[None],
         y=[None],

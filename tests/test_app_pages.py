@@ -361,21 +361,67 @@ def test_sweep_shows_step_time_without_a_click_and_explains_changes():
     at = app("sweep", points="4", curves="volume", batch="32", seq="1024")
     assert not at.button, "the sweep runs by itself"
     sw = chart(at, "Step time vs inter-node bandwidth")
-    shown = [t for t in sw["data"] if t.get("showlegend") is not False and t["x"][0] is not None]
+    shown = [
+        t for t in sw["data"]
+        if t.get("showlegend") is not False and t["x"][0] is not None
+        and not t["name"].startswith("this cluster")  # the star on TAPS's own point
+    ]
     # TAPS is drawn last, on top of the baselines
     assert [t["name"] for t in shown] == ["volume-based", "TAPS (topology-aware)"]
-    assert len(shown[-1]["x"]) == 4 and all(y for y in shown[-1]["y"])
+    # 4 points from 1 to 400 GB/s, and the cluster's own 200 GB/s
+    assert len(shown[-1]["x"]) == 5 and all(y for y in shown[-1]["y"])
     assert sw["layout"]["xaxis"]["type"] == "log"
     ticks = sw["layout"]["xaxis"]["ticktext"]
     assert all(t.lstrip("0.").strip("0") in ("1", "2", "5", "") for t in ticks), ticks
     # gpt2 training on 2 DGX hosts: below some bandwidth the hosts stop splitting the work
-    words = " ".join(m.value for m in at.markdown)
+    words = " ".join(m.value for m in (*at.markdown, *at.caption))
     assert "①" in words and "GB/s per host" in words and "Because" in words
+    assert "DP 2 -> 1 across nodes" in words and "the second node would only duplicate" in words
     assert any("repeat" in w.value for w in at.warning)
     assert at.dataframe, "the regime table is shown"
     at.slider(key="sweep_points").set_value(5)
     rerun(at)
-    assert len(chart(at, "Step time vs")["data"][0]["x"]) == 5
+    assert len(chart(at, "Step time vs")["data"][0]["x"]) == 6
+
+
+def test_sweep_page_holds_to_the_engine_numbers():
+    """The sweep page's every-point table is the engine's sweep of the same inputs (what
+    ``python -m taps_core sweep --json`` prints), rounded to 4 digits; the cluster's own
+    bandwidth is a point (starred in the chart) whose TAPS step is the Plan page's search."""
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.search.planner import search
+    from taps_core.sweep import sweep_grid, sweep_inter_bandwidth
+
+    at = app("sweep", points="3", curves="volume", bw_lo="2", bw_hi="400")
+    assert not at.error, [e.value for e in at.error]
+    table = at.dataframe[-1].value  # "Every point"
+    graph = build_graph(load_model_config("gpt2").with_workload(batch_size=8, seq_length=256))
+    topo = preset("dgx-a100:2")
+    sw = sweep_inter_bandwidth(graph, topo, sweep_grid(2e9, 400e9, 3, 200e9),
+                               labels=("taps", "volume"))
+    assert len(table) == len(sw.points) == 4
+    for (_, row), p in zip(table.iterrows(), sw.points):
+        assert row["GB/s per host"] == float(f"{p.node_bandwidth_Bps / 1e9:.4g}")
+        for lb, name in (("taps", "TAPS (topology-aware)"), ("volume", "volume-based")):
+            ms = p.plans[lb].total_time_s * 1e3
+            assert row[f"{name} step (ms)"] == float(f"{ms:.4g}")
+        assert row["TAPS structure (Megatron terms)"] == p.plans["taps"].shape.words()
+        assert row["point"] == ("this cluster" if sw.is_own(p.node_bandwidth_Bps) else "")
+    for col in table.columns:  # sensible digits: no 31.514555166975864
+        if table[col].dtype.kind == "f":
+            assert all(len(f"{v:g}".replace(".", "").lstrip("0")) <= 4 for v in table[col])
+    own = table[table["point"] == "this cluster"].iloc[0]
+    plan = search(graph, topo)
+    assert own["TAPS (topology-aware) step (ms)"] == float(f"{plan.total_time_s * 1e3:.4g}")
+    star = [t for t in chart(at, "Step time vs")["data"] if t["name"].startswith("this cluster")]
+    assert star and star[0]["x"] == [200.0]
+    assert star[0]["y"][0] == pytest.approx(plan.total_time_s * 1e3)
+    regimes = at.dataframe[0].value
+    assert any("this cluster" in v for v in regimes["GB/s per host"])
+    assert all(v.startswith("TP ") for v in regimes["structure (Megatron terms)"])
+    for c in sw.changes:  # each change's structure in Megatron words, in bold
+        said = c.structure or "the same Megatron structure"
+        assert any(said in m.value and m.value.startswith("**") for m in at.markdown)
 
 
 def test_sweep_page_single_node_explains():
