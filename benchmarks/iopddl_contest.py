@@ -1,0 +1,130 @@
+"""IOPDDL contest-shaped problems: tight memory and forbidden (10**18) entries, against baselines.
+
+``python -m benchmarks.iopddl_contest [--quick] [--sizes 800,65000] [--time-limit S]`` prints
+one table. The generated problems look like the ASPLOS / EuroSys 2025 contest's (Google's XLA
+sharding graphs): nodes in program order, about 1.5 edges per node (a nearby predecessor, often
+a second one, sometimes a far one) plus a few parallel edges, 1 to 900 strategies per node
+(the mean set per problem, 3 to 29), resharding-like edge costs (free between matching
+layouts), thousands of forbidden entries (whole strategies, mostly the leanest ones, and
+pairs), live ranges from definition to last use with some nodes live over most of the
+horizon, and ``usage_limit`` = 1.1 x the peak of the minimum-usage assignment.
+
+Each problem is answered by: *ours* (``solve_iopddl``: exact path where it proves optimality,
+else the memory-first construction and local search of
+:mod:`taps_core.solver.iopddl_feasible`), two simple baselines (*min-usage + repair*: cheapest
+strategy per node, repaired to the limit; *greedy + LS*: memory-aware greedy in program order,
+then single-node moves), and the full ILP (scipy ``milp``, HiGHS) when the problem is small
+enough to finish. Scores are the contest's: best cost of all / a method's cost, 0 when its
+answer is infeasible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.solver_scale import full_ilp
+from taps_core.solver import iopddl_feasible as feas
+from taps_core.solver.iopddl import FORBIDDEN, IopddlProblem, evaluate, solve_iopddl
+
+SHARDS = (1, 2, 4, 8, 16, 32, 64)
+# (nodes, mean strategies per node, contest-like time limit in s) of the full run
+FULL = ((800, 29.0, 60.0), (800, 8.0, 30.0), (3000, 12.0, 60.0), (10_000, 6.0, 60.0),
+        (28_000, 4.0, 120.0), (65_000, 3.0, 180.0))
+QUICK = ((800, 29.0, 20.0), (800, 8.0, 10.0), (3000, 6.0, 20.0))
+
+
+def strategy_counts(rng: np.random.Generator, nodes: int, mean: float) -> np.ndarray:
+    """Strategies per node: 20% have 1, the rest log-normal with the requested overall mean,
+    a few up to 900 (``mean`` in strategies per node, 3 to 29)."""
+    one = rng.random(nodes) < 0.2
+    mu = math.log(max((mean - 0.2) / 0.8, 1.5)) - 0.5  # log-normal mean exp(mu + 1/2)
+    k = np.clip(np.rint(np.exp(rng.normal(mu, 1.0, nodes))), 2, 900).astype(np.int64)
+    return np.where(one, 1, k)
+
+
+def generate(
+    nodes: int, seed: int = 0, *, mean_strategies: float = 8.0, slack: float = 1.1
+) -> IopddlProblem:
+    """A contest-shaped problem with ``nodes`` nodes (see the module docstring); ``slack`` is
+    ``usage_limit`` over the minimum-usage peak. Every node keeps a finite strategy and the
+    minimum-usage assignment is free of forbidden pairs (so the problem is feasible)."""
+    rng = np.random.default_rng(seed)
+    k = strategy_counts(rng, nodes, mean_strategies)
+    size = np.exp(rng.normal(16, 2, nodes))  # tensor bytes, log-normal around 9 MB
+    shard = [rng.choice(SHARDS, size=kk) for kk in k]
+    shard[0][:] = 1
+    layout = [rng.integers(0, 8, size=kk) for kk in k]  # equal labels reshard for free
+    pairs: list[tuple[int, int]] = []
+    for i in range(1, nodes):
+        pairs.append((max(0, i - int(rng.geometric(0.3))), i))
+        if rng.random() < 0.5:
+            far = rng.random() < 0.05
+            gap = int(rng.integers(1, i + 1)) if far else int(rng.integers(1, min(i, 200) + 1))
+            if i - gap != pairs[-1][0]:
+                pairs.append((i - gap, i))
+    extra = rng.choice(len(pairs), size=max(1, len(pairs) // 40), replace=False)
+    pairs += [pairs[e] for e in sorted(extra)]  # parallel edges (they add up)
+    last_use = np.arange(nodes) + 1
+    for u, v in pairs:
+        last_use[u] = max(last_use[u], v + 1)
+    intervals = np.stack([np.arange(nodes), last_use], axis=1).astype(np.int64)
+    long = rng.random(nodes) < 0.03  # weights and long-lived buffers: most of the horizon
+    intervals[long, 0] = rng.integers(0, max(1, nodes // 20), int(long.sum()))
+    intervals[long, 1] = nodes + 1 - rng.integers(0, max(1, nodes // 20), int(long.sum()))
+    intervals[long, 0] = np.minimum(intervals[long, 0], np.arange(nodes)[long])
+    costs, usages = [], []
+    for i in range(nodes):
+        comm = size[i] * (1 - 1 / shard[i]) * rng.uniform(0.5, 2.0, k[i]) / 1e4
+        compute = size[i] / shard[i] * rng.uniform(0.8, 1.2, k[i]) / 1e5
+        c = (comm + compute).astype(np.int64)
+        use = (size[i] / shard[i]).astype(np.int64)
+        if k[i] > 2:  # forbid some strategies, the leanest more often (never all)
+            lean = use <= np.quantile(use, 0.3)
+            ban = rng.random(k[i]) < np.where(lean, 0.3, 0.05)
+            ban[int(np.argmax(use))] = False
+            c[ban] = FORBIDDEN
+        costs.append(c)
+        usages.append(use)
+    least = [int(np.argmin(np.where(c < FORBIDDEN, u, np.iinfo(np.int64).max)))
+             for c, u in zip(costs, usages)]
+    edges = []
+    for u, v in pairs:
+        same = layout[u][:, None] == layout[v][None, :]
+        scale = size[v] / 1e4 * rng.uniform(0.5, 1.5)
+        m = np.where(same, 0.0, scale * (1 + rng.random((k[u], k[v])))).astype(np.int64)
+        if k[u] > 2 and k[v] > 2:
+            m[(rng.random(m.shape) < 0.03) & ~same] = FORBIDDEN
+            m[least[u], least[v]] = min(m[least[u], least[v]], FORBIDDEN - 1)
+        edges.append((u, v, m.reshape(-1)))
+    p = IopddlProblem(f"contest-{nodes}-{seed}", costs, usages, intervals, edges, None)
+    peak = evaluate(p, least)[1]
+    return IopddlProblem(p.name, costs, usages, intervals, edges, int(slack * peak))
+
+
+def to_json(p: IopddlProblem) -> dict[str, Any]:
+    """The contest's JSON layout of a problem."""
+    return {
+        "problem": {
+            "name": p.name,
+            "nodes": {
+                "intervals": p.intervals.tolist(),
+                "costs": [c.tolist() for c in p.costs],
+                "usages": [u.tolist() for u in p.usages],
+            },
+            "edges": {
+                "nodes": [[int(u), int(v)] for u, v, _ in p.edges],
+                "costs": [f.tolist() for _, _, f in p.edges],
+            },
+            "usage_limit": p.usage_limit,
+        }
+    }
