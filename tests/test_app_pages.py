@@ -416,6 +416,10 @@ def test_sweep_page_holds_to_the_engine_numbers():
     star = [t for t in chart(at, "Step time vs")["data"] if t["name"].startswith("this cluster")]
     assert star and star[0]["x"] == [200.0]
     assert star[0]["y"][0] == pytest.approx(plan.total_time_s * 1e3)
+    from taps_core.report import fmt_seconds
+
+    plan_page = app("plan")  # the same inputs (SMALL): the Plan page's step time
+    assert metric(plan_page, "Step time") == fmt_seconds(star[0]["y"][0] / 1e3)
     regimes = at.dataframe[0].value
     assert any("this cluster" in v for v in regimes["GB/s per host"])
     assert all(v.startswith("TP ") for v in regimes["structure (Megatron terms)"])
