@@ -13,9 +13,10 @@ import streamlit as st
 from dashboard import cache, state
 from dashboard.charts import CHANGE_MARKS, plan_name, sweep_figure
 from dashboard.widgets import context_caption, need_model, need_topology, show_chart, titled
+from taps_core import strict_json
 from taps_core.report import fmt_seconds
 from taps_core.search.baselines import BASELINES
-from taps_core.sweep import Priced, Sweep, node_inter_bandwidth, sweep_grid
+from taps_core.sweep import Priced, Sweep, node_inter_bandwidth, sweep_grid, sweep_to_json
 
 WARM_TAPS_AFTER_S = 2.0  # seconds per search above which TAPS is warm-started too
 DIGITS = 4  # significant digits in the tables (ms, GB/s)
@@ -56,7 +57,8 @@ def main() -> None:
     st.caption(
         f"Every network link is rescaled so a host's NICs add up to the swept bandwidth "
         f"(this cluster: {current / 1e9:.3g} GB/s per host, always a point, planned as the Plan "
-        "page plans it); NVLink and PCIe stay as they are. Every plan may use pipeline stages. "
+        "page plans it); NVLink and PCIe stay as they are. Plans are searched as on the Plan "
+        "and Compare pages, pipeline stages included. "
         + (
             "One search takes "
             f"{fmt_seconds(here.search.time_s)} here, so TAPS is first drawn re-costed between "
@@ -98,6 +100,14 @@ def main() -> None:
             )
             st.warning(f"**{plan_name(lb)}** does not fit {where}: {reasons[0]}")
     regime_table(sw)
+    st.download_button(
+        "Sweep JSON (what python -m taps_core sweep --json prints)",
+        lambda: strict_json.dumps(sweep_to_json(sw), indent=1),
+        file_name=f"{ctx.file_stem('sweep')}.json",
+        mime="application/json",
+        on_click="ignore",
+        key="dl_sweep",
+    )
 
 
 def explain_changes(sw: Sweep) -> None:

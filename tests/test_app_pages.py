@@ -420,6 +420,7 @@ def test_sweep_page_holds_to_the_engine_numbers():
 
     plan_page = app("plan")  # the same inputs (SMALL): the Plan page's step time
     assert metric(plan_page, "Step time") == fmt_seconds(star[0]["y"][0] / 1e3)
+    assert at.get("download_button"), "the sweep JSON can be downloaded"
     regimes = at.dataframe[0].value
     assert any("this cluster" in v for v in regimes["GB/s per host"])
     assert all(v.startswith("TP ") for v in regimes["structure (Megatron terms)"])
