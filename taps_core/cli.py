@@ -201,6 +201,11 @@ def _sweep_table(sw: Sweep) -> str:
         )
         shape = p.plans["taps"].shape
         lines.append(f"{bw:>15.3g}{cells}  {shape.words() if shape else ''}{mark}")
+    for lb in labels:
+        reasons = [p.reasons[lb] for p in sw.done if lb in p.reasons]
+        if reasons:
+            lines.append(f"{lb} does not fit at {len(reasons)} of {len(sw.done)} bandwidths: "
+                         f"{reasons[0]}")
     for c in sw.changes:
         what = c.structure or c.words
         lines.append(f"change {c.low_Bps / 1e9:.3g}-{c.high_Bps / 1e9:.3g} GB/s: {what}")

@@ -305,3 +305,10 @@ def test_sweep_single_host_is_refused(capsys):
     code, _, err = _run(["sweep", "gpt2", "--topology", "dgx-a100:1", "--from", "1", "--to",
                          "2"], capsys)
     assert code == 2 and "--topology" in err and "2 or more hosts" in err
+
+
+def test_sweep_table_says_why_a_plan_does_not_fit(capsys):
+    code, out, _ = _run(["sweep", "gpt2", "--topology", "dgx-a100:2", "--batch", "3", "--seq",
+                         "128", "--from", "100", "--to", "400", "--points", "1", "--plans",
+                         ""], capsys)
+    assert code == 0 and "does not fit at 2 of 2 bandwidths: batch_size" in out
