@@ -213,7 +213,9 @@ def _sweep_table(sw: Sweep) -> str:
 
 
 def _ms(q: Any) -> str:
-    return f"{q.total_time_s * 1e3:.4g}"
+    """A step time in ms to 4 significant digits, never in exponent form (14570, not 1.457e+04)."""
+    text = f"{q.total_time_s * 1e3:.4g}"
+    return f"{float(text):.0f}" if "e" in text else text
 
 
 def _budget(args: argparse.Namespace) -> float:
