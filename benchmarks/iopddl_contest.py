@@ -39,8 +39,10 @@ from taps_core.solver.iopddl import FORBIDDEN, IopddlProblem, evaluate, solve_io
 SHARDS = (1, 2, 4, 8, 16, 32, 64)
 # (nodes, mean strategies per node, contest-like time limit in s) of the full run
 FULL = ((800, 29.0, 60.0), (800, 8.0, 30.0), (3000, 12.0, 60.0), (10_000, 6.0, 60.0),
-        (28_000, 4.0, 120.0), (65_000, 3.0, 180.0))
+        (28_000, 4.0, 90.0), (65_000, 3.0, 120.0))
 QUICK = ((800, 29.0, 20.0), (800, 8.0, 10.0), (3000, 6.0, 20.0))
+ILP_UP_TO = 3000  # nodes; larger full ILPs do not finish in the contest's limits here
+CLI_FROM = 20_000  # nodes; from here ours runs through ``solve-graph`` (JSON parsing included)
 
 
 def strategy_counts(rng: np.random.Generator, nodes: int, mean: float) -> np.ndarray:
@@ -128,3 +130,105 @@ def to_json(p: IopddlProblem) -> dict[str, Any]:
             "usage_limit": p.usage_limit,
         }
     }
+
+
+def min_usage_repair(p: IopddlProblem) -> list[int] | None:
+    """Baseline: the cheapest finite strategy per node, repaired down to the limit."""
+    f = feas.flatten(p)
+    cheap = np.array([int(np.argmin(c)) for c in f.cost], dtype=np.int64)
+    fixed = feas.repair(f, cheap)
+    return None if fixed is None else [int(x) for x in fixed]
+
+
+def greedy_ls(p: IopddlProblem, time_limit_s: float) -> list[int]:
+    """Baseline: memory-aware greedy in program order, then single-node moves only."""
+    res = feas.search(
+        p, time_limit_s=time_limit_s, settings=feas.Settings(edge_moves=False, perturb=False)
+    )
+    return [int(x) for x in res.solution]
+
+
+def ours(p: IopddlProblem, time_limit_s: float, *, cli: bool) -> tuple[dict[str, Any], float]:
+    """``solve_iopddl`` (through the CLI when ``cli``): its answer and wall seconds."""
+    if not cli:
+        start = time.perf_counter()
+        out = solve_iopddl(p, time_limit_s=time_limit_s)
+        return out, time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "problem.json"
+        path.write_text(json.dumps(to_json(p)))
+        cmd = [sys.executable, "-m", "taps_core", "solve-graph", str(path), "--time-limit",
+               str(time_limit_s)]
+        start = time.perf_counter()
+        run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        wall = time.perf_counter() - start
+    if run.returncode not in (0, 2):
+        raise RuntimeError(f"solve-graph failed: {run.stderr.strip()[:300]}")
+    return json.loads(run.stdout), wall
+
+
+def _cost(p: IopddlProblem, solution: list[int] | None) -> float | None:
+    """Exact cost of a feasible answer, None when infeasible (or forbidden)."""
+    if solution is None:
+        return None
+    cost, _, fits = evaluate(p, solution)
+    return float(cost) if fits and math.isfinite(cost) else None
+
+
+def run(cases: tuple[tuple[int, float, float], ...], log: Any = print) -> list[dict[str, Any]]:
+    """Solve each (nodes, mean strategies, time limit) case; print and return the rows."""
+    log(
+        f"{'nodes':>6} {'edges':>7} {'k':>5} {'forbid':>7} {'limit s':>7} | {'ours s':>7} "
+        f"{'status':>9} {'gap':>7} | score: {'ours':>6} {'repair':>6} {'greedy':>6} "
+        f"{'ILP':>6} | ILP s, status"
+    )
+    rows = []
+    for n, mean, limit in cases:
+        p = generate(n, seed=n + int(mean), mean_strategies=mean)
+        k = float(np.mean([len(c) for c in p.costs]))
+        forbid = sum(int((c >= FORBIDDEN).sum()) for c in p.costs)
+        forbid += sum(int((e >= FORBIDDEN).sum()) for _, _, e in p.edges)
+        out, wall = ours(p, limit, cli=n >= CLI_FROM)
+        costs = {
+            "ours": _cost(p, out["solution"]),
+            "repair": _cost(p, min_usage_repair(p)),
+            "greedy": _cost(p, greedy_ls(p, limit / 4)),
+        }
+        ilp_note = "not run"
+        if n <= ILP_UP_TO:
+            ilp_s, ilp_cost, ilp_status = full_ilp(p, limit)
+            costs["ILP"] = ilp_cost
+            ilp_note = f"{ilp_s:.1f}, {ilp_status}"
+        best = min(c for c in costs.values() if c is not None)
+        score = {m: (best / c if c else 0.0) for m, c in costs.items()}
+        gap = f"{100 * out['gap']:.2f}%" if out.get("gap") is not None else "-"
+        ilp_score = f"{score['ILP']:.3f}" if "ILP" in score else "-"
+        log(
+            f"{n:>6} {len(p.edges):>7} {k:>5.1f} {forbid:>7} {limit:>7.0f} | {wall:>7.1f} "
+            f"{out['status']:>9} {gap:>7} | score: {score['ours']:>6.3f} "
+            f"{score['repair']:>6.3f} {score['greedy']:>6.3f} {ilp_score:>6} | {ilp_note}"
+        )
+        rows.append({"nodes": n, "wall_s": wall, "limit_s": limit, "score": score, **out})
+    mean_score = {m: float(np.mean([r["score"].get(m, 0.0) for r in rows])) for m in
+                  ("ours", "repair", "greedy")}
+    log("mean score: " + ", ".join(f"{m} {s:.3f}" for m, s in mean_score.items()))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.iopddl_contest", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="three small problems (about 2 min)")
+    ap.add_argument("--sizes", help="comma-separated node counts (mean strategies 8)")
+    ap.add_argument("--time-limit", type=float, help="seconds per problem (overrides)")
+    args = ap.parse_args(argv)
+    cases = QUICK if args.quick else FULL
+    if args.sizes:
+        cases = tuple((int(x), 8.0, 60.0) for x in args.sizes.split(","))
+    if args.time_limit:
+        cases = tuple((n, m, args.time_limit) for n, m, _ in cases)
+    run(cases)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

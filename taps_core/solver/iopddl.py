@@ -216,7 +216,7 @@ def solve_iopddl(p: IopddlProblem, *, time_limit_s: float | None) -> dict[str, A
         sol = solve_with_memory(graph, mem, time_limit_s=share)
     solution = [int(sol.strategies[str(i)]) for i in range(len(p.costs))]
     cost, peak, fits = evaluate(p, solution)
-    proven_infeasible = sol.status == "infeasible" and math.isinf(sol.lower_bound or 0.0)
+    proven_infeasible = sol.status == "infeasible" and sol.lower_bound == math.inf
     if sol.status != "optimal" and not (proven_infeasible and not fits):
         left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - start)
         found = iopddl_feasible.search(
