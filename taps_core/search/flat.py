@@ -14,6 +14,7 @@ from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.graph import OpGraph
 from taps_core.linkmodel import LinkModel
 from taps_core.plan import OpChoice, Plan, SearchInfo, evaluate
+from taps_core.search.chain_memory import MEMORY_STEPS
 from taps_core.search.layered import Assignment
 from taps_core.search.memory_bound import Bounds, FrontSearch, dual_bounds, evaluate_at, memory_of
 from taps_core.search.memory_fit import within_limit
@@ -89,7 +90,7 @@ def _fit_memory(
             "feasible",
             unproven,
             f"memory limit binds; best plan within {cost - unproven:.3g} s of a proven bound "
-            "(the layer-count program hit its time limit)",
+            f"(the layer chain's memory counted in {MEMORY_STEPS} steps)",
             bounds.lam,
         ), fast[1]
     return exact, info(
@@ -165,14 +166,19 @@ def _deepening(
     if cutoff < bounds.best_time:
         full = cutoff - bounds.lower
     g = full * FIRST_GAP_FRACTION
+    kept: tuple[Assignment | None, float, float | None] | None = None
     while True:
         try:
             found = fs.run(bounds.lower + g, deadline=deadline)
         except TruncatedError:
-            return None, g, None
+            return kept if kept is not None else (None, g, None)
         if found is not None and "lower_bound_s" in found.stats:
-            # the chain's integer program ran out of time: its bound holds for plans within g
-            return found, g, max(bounds.lower, min(found.stats["lower_bound_s"], bounds.lower + g))
+            # the chain's memory steps leave a gap: its bound holds for plans within g, so a
+            # wider pass can only help while the bound is the pass's own edge
+            proven = found.stats["lower_bound_s"]
+            kept = found, g, max(bounds.lower, min(proven, bounds.lower + g))
+            if proven < bounds.lower + g or g >= full:
+                return kept
         if found is not None and found.cost - bounds.lower <= g * (1 + 1e-9):
             return found, g, None
         if g >= full:

@@ -24,6 +24,7 @@ from scipy.optimize import Bounds as VarBounds
 from scipy.optimize import LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
+from taps_core.search.chain_memory import ChainPoints, cheapest_chain
 from taps_core.search.layered import Assignment, Chain, find_chain, solve_problem, variants
 from taps_core.search.problem import SearchProblem
 from taps_core.solver import fronts
@@ -240,10 +241,7 @@ class FrontSearch:
         made = fronts.forward_fronts(
             self.schedule, tables, self.outsides, rules, (marks["block"], marks["top"])
         )
-        return chain_ilp(
-            problem, self.chain, made[marks["block"]], made[marks["top"]], limit, best_time,
-            deadline,
-        )
+        return chain_plan(problem, self.chain, made[marks["block"]], made[marks["top"]], limit)
 
 
 def exact_fronts(problem: SearchProblem, limit: float, bounds: Bounds) -> Assignment | None:
@@ -251,6 +249,31 @@ def exact_fronts(problem: SearchProblem, limit: float, bounds: Bounds) -> Assign
     :class:`FrontSearch`): the constrained optimum when ``bounds.best_time`` is a fitting
     plan's time."""
     return FrontSearch.prepare(problem, limit, bounds.lam).run(bounds.best_time)
+
+
+def chain_plan(
+    problem: SearchProblem, chain: Chain, block: FrontTable, top: FrontTable, limit: float
+) -> Assignment | None:
+    """The fastest plan from the layer's and the rest's fronts by the chain's memory DP
+    (:func:`~taps_core.search.chain_memory.cheapest_chain`); when its floor and ceil passes do
+    not meet, the plan carries the floor's proven bound as ``stats["lower_bound_s"]``."""
+    a_p, c_p = np.divmod(block.cell, block.shape[1])
+    a_q, c_q = np.divmod(top.cell, top.shape[1])
+    answer = cheapest_chain(
+        ChainPoints(a_p, c_p, block.t, block.m),
+        ChainPoints(a_q, c_q, top.t, top.m),
+        len(chain.layers) - 1,
+        limit,
+    )
+    if answer is None:
+        return None
+    found = [fronts.recover(top, answer.rest)]
+    for i, p in enumerate(answer.layers):
+        found.append({(k, off + i): v for (k, off), v in fronts.recover(block, p).items()})
+    out = _assignment(problem, found, chain, answer.time_s)
+    if not answer.proven:
+        out.stats["lower_bound_s"] = answer.lower_bound_s
+    return out
 
 
 def chain_ilp(
@@ -262,7 +285,8 @@ def chain_ilp(
     best_time: float,
     deadline: float = float("inf"),
 ) -> Assignment | None:
-    """The fastest plan from the layer's and the rest's fronts: how many layers take each
+    """Reference for :func:`chain_plan` (tests): the same problem as an integer program over
+    layer counts (HiGHS), exact when it finishes. How many layers take each
     (entry layout, exit layout, time, memory) point of the layer, and which point of the rest,
     as an integer program (scipy HiGHS). Layer boundaries must chain from the rest's entry to
     its exit (flow conservation); the layers then form one path, checked before answering."""
