@@ -8,21 +8,17 @@
    the same eliminations run on (time, memory) fronts (:mod:`taps_core.solver.fronts`),
    pruned by the gap between the two: the fastest fitting point is the exact optimum.
 
-Identical layers are still solved once: the layer's fronts are combined with themselves by
-repeated squaring (a front product per squaring), as the plain DP does with min-plus.
+Identical layers are still solved once: the layer's front and the rest's front go to the
+chain's memory DP (:mod:`taps_core.search.chain_memory`), exact up to its memory steps with a
+proven bound; composing the layer's fronts by repeated squaring is the exact cross-check.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import Bounds as VarBounds
-from scipy.optimize import LinearConstraint, milp
-from scipy.sparse import coo_matrix
 
 from taps_core.search.chain_memory import ChainPoints, cheapest_chain
 from taps_core.search.layered import Assignment, Chain, find_chain, solve_problem, variants
@@ -34,9 +30,6 @@ from taps_core.solver.minplus import repeated_squaring
 DUAL_STEPS = 12
 RC_BLOCK = "__rc__"
 RC_TOP = "__rc_top__"
-CUT_ROUNDS = 30  # integer programs re-solved with connectivity cuts before giving up
-ILP_REL_GAP = 1e-7  # the chain integer program stops this close to its bound (relative)
-ILP_TIME_LIMIT_S = 30.0  # past this the chain's program answers with its bound (unproven)
 
 
 @dataclass(frozen=True)
@@ -206,7 +199,7 @@ class FrontSearch:
         """The fastest plan within the limit among those no slower than ``best_time`` (None if
         none). Raises :class:`~taps_core.solver.fronts.TruncatedError` past the budget.
 
-        A chain of layers is solved by an integer program over layer counts; ``squaring``
+        A chain of layers is solved by the chain's memory DP (:func:`chain_plan`); ``squaring``
         composes the layers' fronts by repeated squaring instead (exact too, but fronts of
         mixed layers grow fast: a cross-check for small problems)."""
         problem, limit = self.problem, self.limit
@@ -274,186 +267,6 @@ def chain_plan(
     if not answer.proven:
         out.stats["lower_bound_s"] = answer.lower_bound_s
     return out
-
-
-def chain_ilp(
-    problem: SearchProblem,
-    chain: Chain,
-    block: FrontTable,
-    top: FrontTable,
-    limit: float,
-    best_time: float,
-    deadline: float = float("inf"),
-) -> Assignment | None:
-    """Reference for :func:`chain_plan` (tests): the same problem as an integer program over
-    layer counts (HiGHS), exact when it finishes. How many layers take each
-    (entry layout, exit layout, time, memory) point of the layer, and which point of the rest,
-    as an integer program (scipy HiGHS). Layer boundaries must chain from the rest's entry to
-    its exit (flow conservation); the layers then form one path, checked before answering."""
-    repeats = len(chain.layers) - 1
-    states = block.shape[0]
-    na, nq = len(block.t), len(top.t)
-    if na == 0 or nq == 0:
-        return None
-    a_p, c_p = np.divmod(block.cell, block.shape[1])
-    a_q, c_q = np.divmod(top.cell, top.shape[1])
-    rows: list[np.ndarray] = []
-    cols: list[np.ndarray] = []
-    vals: list[np.ndarray] = []
-    lo: list[float] = []
-    hi: list[float] = []
-    n_rows = 0
-
-    def row_block(r: np.ndarray, c: np.ndarray, v: np.ndarray) -> None:
-        rows.append(r)
-        cols.append(c)
-        vals.append(v)
-
-    # flow: layers leaving a state - entering it = rest's entry there - rest's exit there
-    row_block(a_p, np.arange(na), np.ones(na))
-    row_block(c_p, np.arange(na), -np.ones(na))
-    row_block(a_q, na + np.arange(nq), -np.ones(nq))
-    row_block(c_q, na + np.arange(nq), np.ones(nq))
-    lo += [0.0] * states
-    hi += [0.0] * states
-    n_rows = states
-    # as many layers as the chain has, one point of the rest, memory within the limit
-    row_block(np.full(na, n_rows), np.arange(na), np.ones(na))
-    row_block(np.full(nq, n_rows + 1), na + np.arange(nq), np.ones(nq))
-    row_block(np.full(na, n_rows + 2), np.arange(na), block.m)
-    row_block(np.full(nq, n_rows + 2), na + np.arange(nq), top.m)
-    lo += [repeats, 1.0, -np.inf]
-    hi += [repeats, 1.0, limit]
-    n_rows += 3
-    # layers looping at one state need the path to reach it: enter it or start there
-    loops = a_p == c_p
-    for st_ in np.unique(a_p[loops]):
-        _enter_cut(row_block, n_rows, {int(st_)}, a_p, c_p, a_q, na, nq, repeats)
-        lo.append(0.0)
-        hi.append(np.inf)
-        n_rows += 1
-    cost = np.concatenate([block.t, top.t])
-    scale = 1e6 / max(float(np.abs(cost).max(initial=0.0)), 1e-300)
-    bounds = VarBounds(0, np.concatenate([np.full(na, repeats), np.ones(nq)]))
-    unproven: float | None = None
-    for _ in range(CUT_ROUNDS):
-        matrix = coo_matrix(
-            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-            shape=(n_rows, na + nq),
-        ).tocsr()
-        res = milp(
-            cost * scale,
-            constraints=LinearConstraint(matrix, lo, hi),
-            integrality=np.ones(na + nq),
-            bounds=bounds,
-            options={
-                "mip_rel_gap": ILP_REL_GAP,
-                "time_limit": max(1.0, min(ILP_TIME_LIMIT_S, deadline - time.perf_counter())),
-            },
-        )
-        if res.x is None or res.status not in (0, 1):
-            return None
-        if res.status == 1:  # time limit: a plan, and the program's bound on the optimum
-            dual = getattr(res, "mip_dual_bound", None)
-            unproven = (dual if dual is not None and np.isfinite(dual) else 0.0) / scale
-        counts = np.rint(res.x[:na]).astype(int)
-        q = int(np.argmax(res.x[na:]))
-        start = int(a_q[q])
-        path = _euler_path(a_p, c_p, counts, start, int(c_q[q]), repeats)
-        if path is not None:
-            break
-        # a group of layers cycling apart from the path: the path must enter that group
-        for comp in _stray_components(a_p, c_p, counts, start):
-            _enter_cut(row_block, n_rows, comp, a_p, c_p, a_q, na, nq, repeats)
-            lo.append(0.0)
-            hi.append(np.inf)
-            n_rows += 1
-    else:
-        raise fronts.TruncatedError("the layer counts did not form one chain of layers")
-    found = [fronts.recover(top, q)]
-    for i, p in enumerate(path):
-        found.append({(k, off + i): v for (k, off), v in fronts.recover(block, p).items()})
-    total = float(cost[:na] @ counts + top.t[q])
-    out = _assignment(problem, found, chain, total)
-    if unproven is not None:
-        out.stats["lower_bound_s"] = unproven
-    return out
-
-
-def _enter_cut(
-    row_block: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
-    row: int,
-    group: set[int],
-    a_p: np.ndarray,
-    c_p: np.ndarray,
-    a_q: np.ndarray,
-    na: int,
-    nq: int,
-    repeats: int,
-) -> None:
-    """``repeats * (layers entering the group + rest starting in it) >= layers inside it``."""
-    inside_a = np.isin(a_p, list(group))
-    inside_c = np.isin(c_p, list(group))
-    enter = np.flatnonzero(~inside_a & inside_c)
-    within = np.flatnonzero(inside_a & inside_c)
-    starts = np.flatnonzero(np.isin(a_q, list(group)))
-    row_block(np.full(len(enter), row), enter, np.full(len(enter), float(repeats)))
-    row_block(np.full(len(within), row), within, -np.ones(len(within)))
-    row_block(np.full(len(starts), row), na + starts, np.full(len(starts), float(repeats)))
-
-
-def _stray_components(
-    a: np.ndarray, c: np.ndarray, counts: np.ndarray, start: int
-) -> list[set[int]]:
-    """Groups of states joined by used layers that the start state does not reach."""
-    parent: dict[int, int] = {}
-
-    def find(x: int) -> int:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    find(start)
-    for p in np.flatnonzero(counts):
-        ra, rc = find(int(a[p])), find(int(c[p]))
-        if ra != rc:
-            parent[ra] = rc
-    groups: dict[int, set[int]] = {}
-    for x in list(parent):
-        groups.setdefault(find(x), set()).add(x)
-    home = find(start)
-    return [g for r, g in groups.items() if r != home]
-
-
-def _euler_path(
-    a: np.ndarray, c: np.ndarray, counts: np.ndarray, start: int, end: int, length: int
-) -> list[int] | None:
-    """Order the used layer points into one path of boundary states from ``start`` to ``end``
-    (Hierholzer's algorithm on the multigraph of points), or None if they do not connect."""
-    out: dict[int, list[int]] = {}
-    for p in np.flatnonzero(counts):
-        out.setdefault(int(a[p]), []).extend([int(p)] * int(counts[p]))
-    for v in out.values():
-        v.reverse()
-    stack: list[tuple[int, int | None]] = [(start, None)]
-    order: list[int] = []
-    while stack:
-        v, via = stack[-1]
-        if out.get(v):
-            p = out[v].pop()
-            stack.append((int(c[p]), p))
-        else:
-            stack.pop()
-            if via is not None:
-                order.append(via)
-    order.reverse()
-    if len(order) != length or (order and int(c[order[-1]]) != end) or (
-        not order and start != end
-    ):
-        return None
-    return order
 
 
 def _assignment(
