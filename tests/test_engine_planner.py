@@ -387,3 +387,18 @@ def test_zero_stage_pruning_by_relaxation_never_prunes_a_better_plan():
         assert kept.cost == pytest.approx(best, rel=1e-12)
     with pytest.raises(_SlowerError):
         _lagrangian(problem, limit, fast[1] * 0.999)
+
+
+@pytest.mark.parametrize("frac", [0.55, 0.8])
+def test_memory_bound_plan_does_not_depend_on_the_time_budget(frac):
+    # the chain's memory DP has no time limit: a short and a long budget give the same plan
+    graph = _graph("gpt2", num_hidden_layers=6, batch_size=8, seq_length=256)
+    topo = preset("dgx-a100:2")
+    free = search(graph, topo, time_budget_s=None)
+    limit = frac * free.memory.total
+    short = search(graph, topo, memory_limit_bytes=limit, time_budget_s=1.0)
+    long = search(graph, topo, memory_limit_bytes=limit, time_budget_s=600.0)
+    assert short.memory.total <= limit * (1 + 1e-9)
+    assert short.choices == long.choices and short.total_time_s == long.total_time_s
+    assert short.search.status == long.search.status
+    assert "time budget" not in short.search.note
