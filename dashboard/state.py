@@ -385,6 +385,8 @@ def _number(key: str, kind: type) -> Callable[[str], Any]:
             ) from None
         if v != v or v in (float("inf"), float("-inf")):
             raise InvalidInputError("value", raw, "a finite number")
+        if v <= 0 < lo:  # no such thing as a negative bandwidth or batch: refused, not clamped
+            raise InvalidInputError("value", raw, f"a positive number from {lo:g} to {hi:g}")
         if not lo <= v <= hi:
             raise ClampedError(kind(min(max(v, lo), hi)), raw, lo, hi)
         return v

@@ -153,3 +153,12 @@ def test_hostile_topology_uploads(data, word):
     at = run("topology")
     at = upload(at, "topo_file", "evil.json", data)
     assert word in said(at), said(at)
+
+
+def test_a_negative_bandwidth_is_refused_not_clamped():
+    at = run("plan", topo=TWO_HOSTS, net="-5")
+    words = said(at)
+    assert "net='-5' ignored" in words and "positive" in words, words
+    assert "clamped" not in words
+    at = run("plan", topo=TWO_HOSTS, net="1e9")  # too large but real: clamped, as before
+    assert "net='1e9' clamped" in said(at)
