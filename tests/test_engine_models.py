@@ -104,3 +104,10 @@ def test_bad_config_names_the_field(data, field):
 def test_unknown_model_name_lists_samples():
     with pytest.raises(InvalidInputError, match="gpt2"):
         load_model_config("no-such-model")
+
+
+def test_an_alias_key_is_named_as_written_in_errors():
+    with pytest.raises(InvalidInputError, match=r"^n_layer \(num_hidden_layers\) must be"):
+        config_from_dict({"model_type": "gpt2", "n_layer": -3})
+    with pytest.raises(InvalidInputError, match=r"^num_hidden_layers must be"):
+        config_from_dict({"model_type": "gpt2", "num_hidden_layers": -3})

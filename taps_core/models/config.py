@@ -217,6 +217,20 @@ def config_from_dict(data: dict[str, Any], *, name: str | None = None) -> ModelC
     if not isinstance(data, dict):
         raise InvalidInputError("model config", type(data).__name__, "a JSON object")
     raw = {_ALIASES.get(k, k): v for k, v in data.items()}
+    written = {_ALIASES[k]: k for k in data if k in _ALIASES}  # canonical -> key in the file
+    try:
+        return _build(raw, name)
+    except InvalidInputError as err:
+        if err.field not in written:
+            raise
+        # name the key the user wrote (n_layer), not only our canonical name for it
+        raise InvalidInputError(
+            f"{written[err.field]} ({err.field})", err.value, err.expected
+        ) from None
+
+
+def _build(raw: dict[str, Any], name: str | None) -> ModelConfig:
+    """The validated config from canonical keys."""
     mtype = raw.get("model_type")
     if mtype is None:
         raise InvalidInputError("model_type", None, f"present, one of {FAMILIES}")
