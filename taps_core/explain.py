@@ -419,7 +419,9 @@ def _diff(new: Plan, old: Plan, max_ops: int) -> tuple[str, list[str]]:
     rel = layer_relative_names(new.ops)
     changed = [(a, b) for a, b in zip(new.ops, old.ops) if op_choice_label(a) != op_choice_label(b)]
     names = list(dict.fromkeys(rel[a.name] for a, _ in changed))
-    share = sum(a.compute_s for a, _ in changed) / max(new.compute_time_s, 1e-30)
+    # share of the ops' own compute (a pipeline's step counts its slowest stage only, so the
+    # step's compute time is no denominator for ops summed over every stage)
+    share = sum(a.compute_s for a, _ in changed) / max(sum(op.compute_s for op in new.ops), 1e-30)
     moves = []
     for level, where in (("inter", "across hosts"), ("intra", "inside hosts")):
         weight: Counter[tuple[str, str]] = Counter()

@@ -115,3 +115,21 @@ def test_slow_baseline_is_blamed_on_compute_when_it_is(gpt2_plans):
     assert text is not None and "compute, not communication" in text
     assert "heads (12) do not divide by 8" in text
     assert slow_baseline_warning(plans["taps"], plans["taps"], graph, "TAPS") is None
+
+
+def test_a_pipelined_plans_changed_ops_are_at_most_all_of_its_compute():
+    import re
+    from dataclasses import replace
+
+    from taps_core.explain import _diff
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.search.planner import search
+
+    graph = build_graph(replace(load_model_config("gpt2"), batch_size=8))
+    topo = preset("dgx-a100:2")
+    staged = search(graph, topo, pipeline=True)
+    flat = search(graph, topo, pipeline=False)
+    assert staged.pipeline is not None
+    what, _ = _diff(staged, flat, 3)
+    share = float(re.search(r"; (\d+)% of compute", what).group(1))
+    assert 0 < share <= 100, what

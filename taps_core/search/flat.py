@@ -322,7 +322,8 @@ def search_flat_at(
     )
     note = info.note + (f"; {k} micro-batches" if k > 1 else "")
     if unexplored:
-        note += f"; {len(unexplored)} micro-batch counts left unsearched (time budget)"
+        counts = "count" if len(unexplored) == 1 else "counts"
+        note += f"; {len(unexplored)} micro-batch {counts} left unsearched (time budget)"
     info = SearchInfo(
         info.algorithm,
         time.perf_counter() - start,
