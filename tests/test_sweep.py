@@ -72,7 +72,7 @@ def test_log_bandwidths_endpoints_and_drawing_order():
 
 def test_every_point_equals_a_direct_search_and_parts_add_up(gpt2):
     topo = preset("dgx-a100:2")
-    bws = log_bandwidths(2e9, 400e9, 4)
+    bws = log_bandwidths(2e9, 400e9, 3)
     sw = sweep_inter_bandwidth(gpt2, topo, bws, mode="train")
     assert sw.complete and sw.labels == ("taps", "volume", "megatron", "data_parallel")
     for point in sw.points:
@@ -93,7 +93,7 @@ def test_every_point_equals_a_direct_search_and_parts_add_up(gpt2):
     # the volume plan never depends on bandwidth: searched at the two ends only, re-costed
     # in between, with the same numbers
     warm = sweep_inter_bandwidth(gpt2, topo, bws, mode="train", labels=("volume",), locate=False)
-    assert [p.plans["volume"].searched for p in warm.points] == [True, False, False, True]
+    assert [p.plans["volume"].searched for p in warm.points] == [True, False, True]
     for a, b in zip(warm.points, sw.points):
         assert a.total_time_s["volume"] == pytest.approx(b.total_time_s["volume"], rel=1e-9)
 
@@ -157,10 +157,11 @@ def _outcome(sw):
     return points, changes
 
 
-@pytest.mark.parametrize("labels", [("taps",), ("taps", "volume", "data_parallel")])
-def test_warm_previews_never_change_the_complete_sweep(gpt2, labels):
+def test_warm_previews_never_change_the_complete_sweep(gpt2):
     """The dashboard warm-starts TAPS when a search is slow on this machine: whatever it
-    chooses, the finished sweep (points and located changes) is the same."""
+    chooses, the finished sweep (points and located changes, TAPS's and the baselines') is the
+    same."""
+    labels = ("taps", "volume", "data_parallel")
     topo = preset("dgx-a100:2")
     bws = log_bandwidths(1e9, 400e9, 9)
     exact = SweepRun(gpt2, topo, labels=labels)
