@@ -6,26 +6,27 @@ import json
 
 import streamlit as st
 
-from dashboard import cache, state
+from dashboard import cache
 from dashboard.charts import link_diff_figure, plan_name, search_status, time_figure
 from dashboard.graph_view import dag_figure, dag_layout, op_rows
 from dashboard.widgets import (
     context_caption,
+    current,
     export_buttons,
     need_model,
     need_topology,
     show_chart,
 )
-from taps_core.explain import replication_warning, slow_baseline_warning
-from taps_core.plan import Plan
-from taps_core.report import compare_to_json, describe, fmt_seconds
-from taps_core.search.baselines import NotFitting, reduction
+from taps_core.plan.records import NotFitting, Plan
+from taps_core.plan.report import compare_to_json, describe, fmt_seconds
+from taps_core.search.baselines import reduction
+from taps_core.studies.explain import replication_warning, slow_baseline_warning
 
 BASELINES = ("volume", "megatron", "data_parallel")
 
 
 def main() -> None:
-    ctx = state.current()
+    ctx = current()
     st.title("Compare plans")
     context_caption(ctx)
     graph = need_model(ctx)

@@ -7,10 +7,10 @@ import streamlit as st
 from dashboard import cache, state
 from dashboard.charts import explain_figure
 from dashboard.state import CUSTOM
-from dashboard.widgets import need_topology, show_chart
-from taps_core.presets import PRESETS
-from taps_core.report import fmt_bytes, fmt_seconds
-from taps_core.topology_io import dumps
+from dashboard.widgets import current, need_topology, show_chart
+from taps_core.cluster.io import dumps
+from taps_core.cluster.presets import PRESETS
+from taps_core.plan.report import fmt_bytes, fmt_seconds
 
 INTRO = """
 Intra-operator parallelism splits every operator of a model over the GPUs. Each split has a
@@ -37,14 +37,14 @@ repeated transformer layers so a 96-layer model costs about as much as a few lay
 
 
 def main() -> None:
-    ctx = state.current()
+    ctx = current()
     ss = st.session_state
     st.title("How it works: bytes are not time")
     st.markdown(INTRO)
     topo = need_topology(ctx)
     topo_json, where = ctx.topo_json, f"**{ctx.topo_label}**"
     if topo.nodes < 2 and ss["topo"] != CUSTOM and ss["topo"] in PRESETS:
-        from taps_core.presets import preset
+        from taps_core.cluster.presets import preset
 
         topo = preset(f"{ss['topo']}:2")
         topo_json = dumps(topo)

@@ -7,12 +7,12 @@ import streamlit as st
 from dashboard import cache, state
 from dashboard.charts import gpu_heatmap_figure, link_bars_figure
 from dashboard.report_html import busiest_link_rows
-from dashboard.widgets import context_caption, need_plan, show_chart
-from taps_core.report import fmt_bytes, fmt_seconds, links_csv
+from dashboard.widgets import context_caption, current, need_plan, show_chart
+from taps_core.plan.report import fmt_bytes, fmt_seconds, links_csv
 
 
 def main() -> None:
-    ctx = state.current()
+    ctx = current()
     st.title("Link traffic")
     context_caption(ctx)
     plan = need_plan(ctx)

@@ -18,6 +18,7 @@ from dashboard.review_pack import review_pack
 from dashboard.topology_view import topology_figure
 from dashboard.widgets import (
     context_caption,
+    current,
     export_buttons,
     need_model,
     need_plan,
@@ -27,12 +28,12 @@ from dashboard.widgets import (
     titled,
     why_this_plan,
 )
-from taps_core.plan import Plan
-from taps_core.report import describe, fmt_bytes, fmt_seconds, links_csv, plan_to_json
+from taps_core.plan.records import Plan
+from taps_core.plan.report import describe, fmt_bytes, fmt_seconds, links_csv, plan_to_json
 
 
 def main() -> None:
-    ctx = state.current()
+    ctx = current()
     st.title("TAPS Planner")
     context_caption(ctx)
     graph = need_model(ctx)

@@ -3,7 +3,7 @@ drawn as it is computed, with every change of TAPS's plan located and explained.
 
 The cluster's own bandwidth is always a point, planned as the Plan page plans it (same search,
 pipeline stages included), so the sweep there is the Plan page's step time. Tables come from
-:func:`taps_core.sweep.sweep_to_json`'s numbers (what ``python -m taps_core sweep`` prints),
+:func:`taps_core.studies.sweep.sweep_to_json`'s numbers (what ``python -m taps_core sweep`` prints),
 rounded to 4 significant digits."""
 
 from __future__ import annotations
@@ -12,11 +12,19 @@ import streamlit as st
 
 from dashboard import cache, state
 from dashboard.charts import CHANGE_MARKS, plan_name, sweep_figure
-from dashboard.widgets import context_caption, need_model, need_topology, show_chart, titled
+from dashboard.widgets import (
+    context_caption,
+    current,
+    need_model,
+    need_topology,
+    show_chart,
+    titled,
+)
 from taps_core import strict_json
-from taps_core.report import fmt_seconds
+from taps_core.cluster.topology import node_inter_bandwidth
+from taps_core.plan.report import fmt_seconds
 from taps_core.search.baselines import BASELINES
-from taps_core.sweep import Priced, Sweep, node_inter_bandwidth, sweep_grid, sweep_to_json
+from taps_core.studies.sweep import Priced, Sweep, sweep_grid, sweep_to_json
 
 WARM_TAPS_AFTER_S = 2.0  # seconds per search above which TAPS is warm-started too
 DIGITS = 4  # significant digits in the tables (ms, GB/s)
@@ -29,7 +37,7 @@ def sig(value: float | None, digits: int = DIGITS) -> float | None:
 
 
 def main() -> None:
-    ctx = state.current()
+    ctx = current()
     ss = st.session_state
     st.title("Inter-node bandwidth sweep")
     context_caption(ctx)
@@ -41,7 +49,7 @@ def main() -> None:
             "choose 2 or more nodes in the sidebar."
         )
         st.stop()
-    current = node_inter_bandwidth(topo)
+    own_Bps = node_inter_bandwidth(topo)
     c = st.columns([1, 1, 1, 3])
     c[0].number_input("From (GB/s per host)", *state.RANGES["sweep_lo"], key="sweep_lo")
     c[1].number_input("To (GB/s per host)", *state.RANGES["sweep_hi"], key="sweep_hi")
@@ -50,13 +58,13 @@ def main() -> None:
     lo, hi = sorted((float(ss["sweep_lo"]), float(ss["sweep_hi"])))
     labels = tuple(lb for lb in BASELINES if lb in ss["sweep_curves"] or lb == "taps")
     # the cluster's own bandwidth is always a point: there the sweep is the Plan page's plan
-    grid = sweep_grid(lo * 1e9, hi * 1e9, int(ss["sweep_points"]), current)
+    grid = sweep_grid(lo * 1e9, hi * 1e9, int(ss["sweep_points"]), own_Bps)
     # a slow search previews TAPS warm-started; the finished sweep is the same either way
     here = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes)
     warm = not isinstance(here, cache.Failure) and here.search.time_s > WARM_TAPS_AFTER_S
     st.caption(
         f"Every network link is rescaled so a host's NICs add up to the swept bandwidth "
-        f"(this cluster: {current / 1e9:.3g} GB/s per host, always a point, planned as the Plan "
+        f"(this cluster: {own_Bps / 1e9:.3g} GB/s per host, always a point, planned as the Plan "
         "page plans it); NVLink and PCIe stay as they are. Plans are searched as on the Plan "
         "and Compare pages, pipeline stages included. "
         + (
@@ -84,11 +92,11 @@ def main() -> None:
             f"Planning… {done} of {len(grid)} bandwidths"
             + (f", locating {len(sw.changes)} plan change(s)" if done == len(grid) else "")
         )
-        chart.plotly_chart(titled(sweep_figure(sw, current), ctx), theme=None)
+        chart.plotly_chart(titled(sweep_figure(sw, own_Bps), ctx), theme=None)
     status.empty()
     assert sw is not None
     with chart.container():
-        show_chart(sweep_figure(sw, current), "sweep")
+        show_chart(sweep_figure(sw, own_Bps), "sweep")
     explain_changes(sw)
     for lb in sw.labels:
         reasons = [p.reasons[lb] for p in sw.done if lb in p.reasons]

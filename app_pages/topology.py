@@ -11,20 +11,11 @@ import streamlit as st
 
 from dashboard import cache, state
 from dashboard.bounds import check_json_text, check_topology
-from dashboard.state import (
-    ADD_HOST,
-    CUSTOM,
-    GPUS,
-    LINK_KINDS,
-    BuildSpec,
-    LinkEdit,
-    active_edits,
-    topology_url,
-    with_edit,
-)
+from dashboard.state import CUSTOM, GPUS, BuildSpec, active_edits, topology_url
 from dashboard.topology_view import topology_figure
-from dashboard.widgets import need_topology, show_chart
-from taps_core.topology_io import MAX_FILE_BYTES, dumps, loads
+from dashboard.widgets import current, need_topology, show_chart
+from taps_core.cluster.edits import ADD_HOST, LINK_KINDS, LinkEdit, edits_text, with_edit
+from taps_core.cluster.io import MAX_FILE_BYTES, dumps, loads
 
 BUILD_KEYS = {  # form widget key -> BuildSpec field
     "b_nodes": "nodes",
@@ -289,7 +280,7 @@ def table_section(base_json: str) -> None:
 
 
 def main() -> None:
-    ctx = state.current()
+    ctx = current()
     ss = st.session_state
     st.title("Topology")
     st.caption(
@@ -334,7 +325,7 @@ def main() -> None:
         if edits and st.button("Reset all edits", key="reset_edits", on_click=_reset_edits):
             st.rerun()
     if edits:
-        st.caption(f"{len(edits)} edit(s): `{state.edits_text(edits)}`")
+        st.caption(f"{len(edits)} edit(s): `{edits_text(edits)}`")
     if ss["topo_custom"] == "json" and ss["topo"] == CUSTOM:
         st.caption("An uploaded topology cannot travel in a URL: share the JSON file instead.")
     base = cache.resolve_topology(

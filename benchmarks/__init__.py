@@ -10,7 +10,8 @@ Run everything with ``python -m benchmarks`` (``--quick`` for a small slice). Th
 - :mod:`benchmarks.search_speed`: DP vs the ILP reference, and the large-scale planning times;
 - :mod:`benchmarks.bandwidth_sweep`: how TAPS's plan moves with the inter-node bandwidth;
 - :mod:`benchmarks.figures`: plotly figures, written as PNG through kaleido;
-- :mod:`benchmarks.report`: the Markdown report;
+- :mod:`benchmarks.report`: the Markdown report, assembled from one module per section in
+  :mod:`benchmarks.report_sections`;
 - :mod:`benchmarks.__main__`: the command line.
 
 (``benchmarks/dashboard_rerun.py`` is a separate script for dashboard rerun times.)

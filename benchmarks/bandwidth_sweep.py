@@ -18,15 +18,16 @@ import numpy as np
 
 from benchmarks.config import BenchConfig, workload
 from benchmarks.plan_quality import op_group
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import A100_80GB, Topology, build_cluster
 from taps_core.errors import TapsError
-from taps_core.graph import OpGraph
-from taps_core.linkmodel import LinkModel
+from taps_core.ir.graph import OpGraph
 from taps_core.models import build_graph
-from taps_core.plan import Plan, SearchInfo, evaluate
-from taps_core.report import describe, strategy_words
-from taps_core.search.baselines import BASELINES, NotFitting, compare
+from taps_core.plan.evaluate import evaluate
+from taps_core.plan.records import NotFitting, Plan, SearchInfo
+from taps_core.plan.report import describe, strategy_words
+from taps_core.search.baselines import BASELINES, compare
 from taps_core.search.planner import search
-from taps_core.topology import A100_80GB, Topology, build_cluster
 
 PRESET_NIC_Bps = 25e9  # dgx-a100: 8 x HDR 200 Gb/s
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from taps_core.graph import OpGraph
+from taps_core.ir.graph import OpGraph
 from taps_core.models import build_graph, load_model_config
 from taps_core.models.config import ModelConfig
 

@@ -11,7 +11,7 @@ horizon, and ``usage_limit`` = 1.1 x the peak of the minimum-usage assignment.
 
 Each problem is answered by: *ours* (``solve_iopddl``: exact path where it proves optimality,
 else the memory-first construction and local search of
-:mod:`taps_core.solver.iopddl_feasible`), two simple baselines (*min-usage + repair*: cheapest
+:mod:`taps_core.solver.iopddl.feasible`), two simple baselines (*min-usage + repair*: cheapest
 strategy per node, repaired to the limit; *greedy + LS*: memory-aware greedy in program order,
 then single-node moves), and the full ILP (scipy ``milp``, HiGHS) when the problem is small
 enough to finish. Scores are the contest's: best cost of all / a method's cost, 0 when its
@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.solver_scale import full_ilp
-from taps_core.solver import iopddl_feasible as feas
-from taps_core.solver.iopddl import FORBIDDEN, IopddlProblem, evaluate, solve_iopddl
+from taps_core.solver.iopddl import feasible as feas
+from taps_core.solver.iopddl.format import FORBIDDEN, IopddlProblem, evaluate
+from taps_core.solver.iopddl.solve import solve_iopddl
 
 SHARDS = (1, 2, 4, 8, 16, 32, 64)
 # (nodes, mean strategies per node, contest-like time limit in s) of the full run

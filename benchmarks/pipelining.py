@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from benchmarks.config import BenchConfig
+from taps_core.cluster.presets import preset
 from taps_core.errors import InfeasibleError
 from taps_core.models import build_graph, load_model_config
-from taps_core.plan import Plan
-from taps_core.presets import preset
+from taps_core.plan.records import Plan
 from taps_core.search.pipeline import search_pipeline
 from taps_core.search.planner import search
 

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from benchmarks.config import BenchConfig, workload
-from taps_core.collectives import TopologyCost
-from taps_core.explain import replicated_share
-from taps_core.linkmodel import LinkModel
-from taps_core.plan import Plan
-from taps_core.presets import preset
-from taps_core.report import describe, strategy_words
-from taps_core.search.baselines import BASELINES, NotFitting, compare, reduction
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.presets import preset
+from taps_core.costs.collectives import TopologyCost
+from taps_core.plan.records import NotFitting, Plan
+from taps_core.plan.report import describe, strategy_words
+from taps_core.search.baselines import BASELINES, compare, reduction
+from taps_core.studies.explain import replicated_share
 
 
 @dataclass

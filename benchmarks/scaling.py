@@ -19,10 +19,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from taps_core.cluster.presets import preset
 from taps_core.models import build_graph
 from taps_core.models.config import config_from_dict
-from taps_core.plan import Plan
-from taps_core.presets import preset
+from taps_core.plan.records import Plan
 from taps_core.search.fixed_config import FixedConfig, plan_fixed
 from taps_core.search.planner import search
 

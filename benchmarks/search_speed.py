@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from unittest import mock
 
 from benchmarks.config import BenchConfig, workload
-from taps_core.collectives import TopologyCost
-from taps_core.linkmodel import LinkModel
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.presets import preset
+from taps_core.costs.collectives import TopologyCost
 from taps_core.models import build_graph
-from taps_core.presets import preset
-from taps_core.report import describe
+from taps_core.plan.report import describe
 from taps_core.search import memory_bound, planner
 from taps_core.search.layered import solve_problem
 from taps_core.search.problem import SearchProblem, build_problem

@@ -29,7 +29,8 @@ import numpy as np
 
 from taps_core.solver import CostGraph, ilp, solve
 from taps_core.solver.factors import FactorProblem
-from taps_core.solver.iopddl import FORBIDDEN, IopddlProblem, evaluate, parse, solve_iopddl
+from taps_core.solver.iopddl.format import FORBIDDEN, IopddlProblem, evaluate, parse
+from taps_core.solver.iopddl.solve import solve_iopddl
 from taps_core.solver.kernel import RangeRows, solve_ilp
 from taps_core.solver.memory import segments
 

@@ -10,8 +10,8 @@ import argparse
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from taps_core.cluster.presets import preset
 from taps_core.models import build_graph, load_model_config
-from taps_core.presets import preset
 from taps_core.search.fixed_config import parse_fixed, plan_fixed
 
 H, S, HEADS, LAYER = 12288, 2048, 96, 1

@@ -15,13 +15,13 @@ from typing import Any
 import streamlit as st
 
 from dashboard.pipeline_view import relabel_stages
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology
 from taps_core.errors import TapsError
-from taps_core.graph import OpGraph
-from taps_core.linkmodel import LinkModel
-from taps_core.plan import Plan
-from taps_core.search.baselines import NotFitting, compare
+from taps_core.ir.graph import OpGraph
+from taps_core.plan.records import NotFitting, Plan
+from taps_core.search.baselines import compare
 from taps_core.search.planner import search
-from taps_core.topology import Topology
 
 # what a loader may raise on hostile input besides TapsError: shown as one line, never a trace
 LOADER_ERRORS = (TapsError, ValueError, TypeError, KeyError, OverflowError, RecursionError)
@@ -64,7 +64,7 @@ def graph_or_failure(work: Workload) -> OpGraph | Failure:
 def topology(topo_json: str) -> Topology:
     """The validated topology of its JSON text (within the dashboard's bounds)."""
     from dashboard.bounds import check_json_text, check_topology
-    from taps_core.topology_io import loads
+    from taps_core.cluster.io import loads
 
     check_json_text(topo_json, "topology JSON")
     topo = loads(topo_json)
@@ -100,9 +100,11 @@ def resolve_topology(
     net_GBps: float = 0.0,
 ) -> Resolved:
     """The cluster of a source plus link edits plus an inter-node bandwidth (0: as built)."""
-    from dashboard.state import GB, apply_edits, base_topology, parse_edits
-    from taps_core.sweep import scale_inter_bandwidth
-    from taps_core.topology_io import dumps
+    from dashboard.state import base_topology
+    from taps_core.cluster.edits import apply_edits, parse_edits
+    from taps_core.cluster.io import dumps
+    from taps_core.cluster.topology import scale_inter_bandwidth
+    from taps_core.units import GB
 
     try:
         base = base_topology(source, nodes, custom, json_text)
@@ -198,7 +200,7 @@ def exports(
     """:func:`dashboard.exports.plan_exports` of the plan :func:`plan` returns, or of the
     ``baseline`` plan of :func:`comparison`; a Failure when there is no such plan."""
     from dashboard.exports import plan_exports
-    from taps_core.report import plan_to_json
+    from taps_core.plan.report import plan_to_json
 
     if baseline is None:
         p: Any = plan(work, topo_json, mode, cost_model, memory_limit_bytes)
@@ -221,7 +223,7 @@ def link_breakdown(
     A pipelined plan's stages are broken down on their own hosts, and the sends between stages
     appear as the kind "pipeline send".
     """
-    from taps_core.traffic import gpu_traffic_matrix, link_traffic_by_op_kind
+    from taps_core.plan.traffic import gpu_traffic_matrix, link_traffic_by_op_kind
 
     p = plan(work, topo_json, mode, cost_model, memory_limit_bytes)
     if isinstance(p, Failure):
@@ -240,9 +242,9 @@ def sweep_run(
     labels: tuple[str, ...],
     warm_taps: bool = False,
 ) -> Any:
-    """A :class:`taps_core.sweep.SweepRun` shared by every session with these settings: the
+    """A :class:`taps_core.studies.sweep.SweepRun` shared by every session with these settings: the
     plans it has found survive reruns, page switches and interrupted sweeps. Or a Failure."""
-    from taps_core.sweep import SweepRun
+    from taps_core.studies.sweep import SweepRun
 
     g = graph_or_failure(work)
     if isinstance(g, Failure):
@@ -264,8 +266,8 @@ def sweep_run(
 def why(
     work: Workload, topo_json: str, mode: str, cost_model: str, memory_limit_bytes: float | None
 ) -> Any:
-    """:func:`taps_core.explain.decisions` of the plan :func:`plan` returns (list), or Failure."""
-    from taps_core.explain import decisions
+    """``explain.decisions`` of the plan :func:`plan` returns (list), or Failure."""
+    from taps_core.studies.explain import decisions
 
     p = plan(work, topo_json, mode, cost_model, memory_limit_bytes)
     if isinstance(p, Failure):
@@ -280,8 +282,8 @@ def why(
 
 @st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
 def explain(topo_json: str, size_bytes: float) -> Any:
-    """The primer's example (:func:`taps_core.explain.volume_vs_time`) or a Failure."""
-    from taps_core.explain import volume_vs_time
+    """The primer's example (:func:`taps_core.studies.explain.volume_vs_time`) or a Failure."""
+    from taps_core.studies.explain import volume_vs_time
 
     try:
         return volume_vs_time(topology(topo_json), size_bytes)

@@ -15,14 +15,13 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from taps_core.explain import Case
-from taps_core.plan import Plan
-from taps_core.report import fmt_bytes, fmt_seconds
-from taps_core.search.baselines import NotFitting
+from taps_core.plan.records import NotFitting, Plan
+from taps_core.plan.report import fmt_bytes, fmt_seconds
+from taps_core.plan.traffic import LinkBreakdown
 from taps_core.search.pipeline import objective
 from taps_core.search.planner import STAGES_UNPROVEN
-from taps_core.sweep import Sweep
-from taps_core.traffic import LinkBreakdown
+from taps_core.studies.explain import Case
+from taps_core.studies.sweep import Priced, Sweep
 
 GiB = 2**30
 FONT = dict(family="Inter, Helvetica, Arial, sans-serif", size=13, color="#1f2937")
@@ -70,7 +69,6 @@ OP_KIND_COLORS = (
     "#44AA99",
     "#332288",
 )
-
 
 _AXIS = dict(gridcolor="#EBF0F8", linecolor="#EBF0F8", zerolinecolor="#EBF0F8", ticks="")
 # a small white template (plotly_white alone adds ~7 KB of JSON to every figure sent)
@@ -543,6 +541,16 @@ def log_ticks(lo: float, hi: float) -> list[float]:
 
 
 CHANGE_MARKS = "①②③④⑤⑥⑦⑧⑨⑩"
+# plan -> (marker symbol, line dash, line width px, opacity); drawn widest first, TAPS last (on
+# top); each plan its own marker and dash, so a curve lying on another (volume-based on data
+# parallel) still shows
+SWEEP_LOOK: dict[str, tuple[str, str, float, float]] = {
+    "data_parallel": ("triangle-up", "solid", 5.0, 0.55),
+    "megatron": ("square", "solid", 2.0, 1.0),
+    "volume": ("diamond", "dash", 2.0, 1.0),
+    "taps": ("circle", "solid", 3.5, 1.0),
+}
+SWEEP_LEGEND = ("taps", "volume", "megatron", "data_parallel")  # legend order (others after)
 
 
 def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
@@ -554,11 +562,7 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     shape.
     """
     fig = make_subplots(
-        rows=2,
-        cols=1,
-        shared_xaxes=True,
-        row_heights=[0.6, 0.4],
-        vertical_spacing=0.1,
+        rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4], vertical_spacing=0.1,
         subplot_titles=(
             "Step time per plan (compute + communication, no overlap)",
             "Its parts: communication (solid) and compute (dotted)",
@@ -566,82 +570,108 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     )
     x = list(np.array(sw.bandwidths_Bps) / 1e9)
     ys: list[float] = []
-    # drawn widest first, TAPS last (on top); each plan its own marker and dash, so a curve
-    # lying on another (volume-based on data parallel) still shows
-    look = {
-        "data_parallel": ("triangle-up", "solid", 5.0, 0.55),
-        "megatron": ("square", "solid", 2.0, 1.0),
-        "volume": ("diamond", "dash", 2.0, 1.0),
-        "taps": ("circle", "solid", 3.5, 1.0),
-    }
-    order = sorted(sw.labels, key=lambda lb: list(look).index(lb) if lb in look else -1)
-    for label in order:
-        priced = [None if p is None else p.plans.get(label) for p in sw.points]
-        if not any(q is not None and q.fits for q in priced):
-            continue  # never fits: no legend entry (the page says why)
+    look = list(SWEEP_LOOK)
+    for label in sorted(sw.labels, key=lambda lb: look.index(lb) if lb in look else -1):
+        ys += _sweep_plan_traces(fig, sw, label, x)
+    _sweep_own_star(fig, sw)
+    fig.add_scatter(  # legend key for hollow marks
+        x=[None], y=[None], mode="markers", name="hollow: hosts repeat ≥50% of the work",
+        marker=dict(size=10, color="white", line=dict(color="#374151", width=2)), row=1, col=1,
+    )
+    _sweep_change_bands(fig, sw)
+    if current_Bps:
+        _sweep_current_line(fig, current_Bps)
+    _sweep_axes(fig, x, ys)
+    return _sweep_layout(fig)
 
-        def ms(attr: str, priced: list = priced) -> list[float | None]:
-            return [getattr(q, attr) * 1e3 if q is not None and q.fits else None for q in priced]
 
-        total, comm, comp = ms("total_time_s"), ms("comm_time_s"), ms("compute_time_s")
-        ys += [v for v in (*total, *comm, *comp) if v]
-        color = PLAN_COLORS.get(label, "#333")
-        name = plan_name(label)
-        rep = [q.replicated_across if q is not None and q.fits else 0.0 for q in priced]
-        symbol, dash, width, opacity = look.get(label, ("square", "solid", 2.0, 1.0))
+_Ms = list[float | None]  # one time per bandwidth (ms), None: not priced yet or does not fit
+
+
+def _fitting_ms(priced: list[Priced | None], attr: str) -> _Ms:
+    """Time ``attr`` of each point in ms, None where the plan is not priced yet or does not fit."""
+    return [getattr(q, attr) * 1e3 if q is not None and q.fits else None for q in priced]
+
+
+def _sweep_plan_traces(fig: go.Figure, sw: Sweep, label: str, x: list[float]) -> list[float]:
+    """Draw one plan's step-time curve and its parts; returns the times drawn (ms, for ticks)."""
+    priced = [None if p is None else p.plans.get(label) for p in sw.points]
+    if not any(q is not None and q.fits for q in priced):
+        return []  # never fits: no legend entry (the page says why)
+    total = _fitting_ms(priced, "total_time_s")
+    comm = _fitting_ms(priced, "comm_time_s")
+    comp = _fitting_ms(priced, "compute_time_s")
+    _sweep_step_trace(fig, label, x, priced, total, comm, comp)
+    _sweep_part_traces(fig, label, x, comm, comp)
+    return [v for v in (*total, *comm, *comp) if v]
+
+
+def _sweep_step_trace(
+    fig: go.Figure, label: str, x: list[float], priced: list[Priced | None], total: _Ms,
+    comm: _Ms, comp: _Ms,
+) -> None:
+    """Top plot: one plan's step time (ms) per bandwidth, hollow where hosts repeat work."""
+    color = PLAN_COLORS.get(label, "#333")
+    name = plan_name(label)
+    rep = [q.replicated_across if q is not None and q.fits else 0.0 for q in priced]
+    symbol, dash, width, opacity = SWEEP_LOOK.get(label, ("square", "solid", 2.0, 1.0))
+    fig.add_scatter(
+        x=x,
+        y=total,
+        name=name,
+        legendgroup=label,
+        legendrank=SWEEP_LEGEND.index(label) if label in SWEEP_LOOK else 9,
+        mode="lines+markers",
+        connectgaps=True,
+        opacity=opacity,
+        line=dict(color=color, width=width, dash=dash),
+        marker=dict(
+            size=10 if label in ("taps", "data_parallel") else 8,
+            color=["white" if r >= 0.5 else color for r in rep],
+            line=dict(color=color, width=2),
+            symbol=symbol,
+        ),
+        customdata=np.array(
+            [
+                [c or 0.0, m or 0.0, 100 * r, (q.bubble_time_s or 0.0) * 1e3 if q else 0.0]
+                for c, m, r, q in zip(comm, comp, rep, priced)
+            ]
+        ),
+        hovertemplate="%{x:.3g} GB/s per host<br>step %{y:.4g} ms = communication "
+        "%{customdata[0]:.3g} ms + compute %{customdata[1]:.3g} ms + pipeline bubble "
+        "%{customdata[3]:.3g} ms<br>hosts repeat "
+        "%{customdata[2]:.0f}% of the compute<extra>" + name + "</extra>",
+        row=1,
+        col=1,
+    )
+
+
+def _sweep_part_traces(fig: go.Figure, label: str, x: list[float], comm: _Ms, comp: _Ms) -> None:
+    """Bottom plot: one plan's communication (solid) and compute (dotted) time (ms)."""
+    color = PLAN_COLORS.get(label, "#333")
+    name = plan_name(label)
+    opacity = SWEEP_LOOK.get(label, ("square", "solid", 2.0, 1.0))[3]
+    width = 2.5 if label == "taps" else 4.0 if label == "data_parallel" else 1.5
+    for part, dash in ((comm, "solid"), (comp, "dot")):
         fig.add_scatter(
             x=x,
-            y=total,
+            y=part,
             name=name,
             legendgroup=label,
-            legendrank=("taps", "volume", "megatron", "data_parallel").index(label)
-            if label in look
-            else 9,
-            mode="lines+markers",
+            showlegend=False,
+            mode="lines",
             connectgaps=True,
             opacity=opacity,
             line=dict(color=color, width=width, dash=dash),
-            marker=dict(
-                size=10 if label in ("taps", "data_parallel") else 8,
-                color=["white" if r >= 0.5 else color for r in rep],
-                line=dict(color=color, width=2),
-                symbol=symbol,
-            ),
-            customdata=np.array(
-                [
-                    [c or 0.0, m or 0.0, 100 * r, (q.bubble_time_s or 0.0) * 1e3 if q else 0.0]
-                    for c, m, r, q in zip(comm, comp, rep, priced)
-                ]
-            ),
-            hovertemplate="%{x:.3g} GB/s per host<br>step %{y:.4g} ms = communication "
-            "%{customdata[0]:.3g} ms + compute %{customdata[1]:.3g} ms + pipeline bubble "
-            "%{customdata[3]:.3g} ms<br>hosts repeat "
-            "%{customdata[2]:.0f}% of the compute<extra>" + name + "</extra>",
-            row=1,
+            hovertemplate="%{x:.3g} GB/s: %{y:.3g} ms<extra>" + name
+            + (" communication" if dash == "solid" else " compute") + "</extra>",
+            row=2,
             col=1,
         )
-        for part, dash in ((comm, "solid"), (comp, "dot")):
-            fig.add_scatter(
-                x=x,
-                y=part,
-                name=name,
-                legendgroup=label,
-                showlegend=False,
-                mode="lines",
-                connectgaps=True,
-                opacity=opacity,
-                line=dict(
-                    color=color,
-                    width=2.5 if label == "taps" else 4.0 if label == "data_parallel" else 1.5,
-                    dash=dash,
-                ),
-                hovertemplate="%{x:.3g} GB/s: %{y:.3g} ms<extra>"
-                + name
-                + (" communication" if dash == "solid" else " compute")
-                + "</extra>",
-                row=2,
-                col=1,
-            )
+
+
+def _sweep_own_star(fig: go.Figure, sw: Sweep) -> None:
+    """A star at the cluster's own bandwidth on TAPS's curve: the Plan page's step time (ms)."""
     own = [
         (p.node_bandwidth_Bps / 1e9, p.plans["taps"].total_time_s * 1e3)
         for p in sw.points
@@ -660,53 +690,36 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
             row=1,
             col=1,
         )
-    fig.add_scatter(  # legend key for hollow marks
-        x=[None],
-        y=[None],
-        mode="markers",
-        name="hollow: hosts repeat ≥50% of the work",
-        marker=dict(size=10, color="white", line=dict(color="#374151", width=2)),
-        row=1,
-        col=1,
-    )
+
+
+def _sweep_change_bands(fig: go.Figure, sw: Sweep) -> None:
+    """Shade each bandwidth range (GB/s) where TAPS's plan changes, numbered ①, ② ... on top."""
     for i, c in enumerate(sw.changes):
         mark = CHANGE_MARKS[i] if i < len(CHANGE_MARKS) else str(i + 1)
         lo, hi = c.low_Bps / 1e9, c.high_Bps / 1e9
         for row in (1, 2):
-            fig.add_vrect(
-                x0=lo,
-                x1=hi,
-                fillcolor="#6b7280",
-                opacity=0.25 if c.located else 0.1,
-                line_width=0,
-                row=row,
-                col=1,
-            )
+            fig.add_vrect(x0=lo, x1=hi, fillcolor="#6b7280", opacity=0.25 if c.located else 0.1,
+                          line_width=0, row=row, col=1)
         fig.add_annotation(  # inside the top plot, under its subplot title
-            x=math.log10(math.sqrt(lo * hi)),
-            y=1.0,
-            xref="x",
-            yref="y domain",
-            yanchor="top",
-            text=f"<b>{mark}</b>",
-            showarrow=False,
-            bgcolor="white",
+            x=math.log10(math.sqrt(lo * hi)), y=1.0, xref="x", yref="y domain", yanchor="top",
+            text=f"<b>{mark}</b>", showarrow=False, bgcolor="white",
             font=dict(size=15, color="#111827"),
         )
-    if current_Bps:  # dotted line; its label at the bottom, away from legend and marks
-        fig.add_vline(x=current_Bps / 1e9, line=dict(color="#6b7280", dash="dot", width=2))
-        fig.add_annotation(
-            x=math.log10(current_Bps / 1e9),
-            xref="x",
-            y=0.0,
-            yref="paper",
-            yanchor="bottom",
-            xanchor="left",
-            text=f" this cluster: {current_Bps / 1e9:.3g} GB/s",
-            showarrow=False,
-            font=dict(size=12, color="#374151"),
-            bgcolor="rgba(255,255,255,0.85)",
-        )
+
+
+def _sweep_current_line(fig: go.Figure, current_Bps: float) -> None:
+    """A dotted line at the cluster's bandwidth (bytes/s per host), labelled at the bottom
+    (away from legend and marks)."""
+    fig.add_vline(x=current_Bps / 1e9, line=dict(color="#6b7280", dash="dot", width=2))
+    fig.add_annotation(
+        x=math.log10(current_Bps / 1e9), xref="x", y=0.0, yref="paper", yanchor="bottom",
+        xanchor="left", text=f" this cluster: {current_Bps / 1e9:.3g} GB/s", showarrow=False,
+        font=dict(size=12, color="#374151"), bgcolor="rgba(255,255,255,0.85)",
+    )
+
+
+def _sweep_axes(fig: go.Figure, x: list[float], ys: list[float]) -> None:
+    """Log axes ticked 1-2-5 over the bandwidths ``x`` (GB/s) and times ``ys`` (ms)."""
     ticks = log_ticks(min(x), max(x))
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     fig.update_xaxes(title_text="inter-node bandwidth per host (GB/s, log scale)", row=2, col=1)
@@ -716,17 +729,14 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     fig.update_yaxes(title_text="ms per step (log)", row=1, col=1)
     fig.update_yaxes(title_text="ms per step (log)", row=2, col=1)
     fig.update_annotations(font_size=13, selector=dict(xref="x domain"))
-    fig = style(
-        fig,
-        "Step time vs inter-node bandwidth",
-        height=680,
-        legend_below=True,
-        legend_title="plan",
-    )
+
+
+def _sweep_layout(fig: go.Figure) -> go.Figure:
+    """Title, fonts and the legend at the figure's foot, under the x-axis title."""
+    fig = style(fig, "Step time vs inter-node bandwidth", height=680, legend_below=True,
+                legend_title="plan")
     # the legend at the figure's foot (container coordinates), under the x-axis title
-    fig.update_layout(
-        legend=dict(yref="container", y=0, yanchor="bottom"), margin=dict(b=130)
-    )
+    fig.update_layout(legend=dict(yref="container", y=0, yanchor="bottom"), margin=dict(b=130))
     return fig
 
 

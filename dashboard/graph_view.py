@@ -27,15 +27,15 @@ import plotly.graph_objects as go
 
 from dashboard.charts import FONT, style
 from dashboard.pipeline_view import stage_label
-from taps_core.explain import layer_relative_names
-from taps_core.graph import OpGraph
-from taps_core.plan import OpPlan, Plan, StageInfo
-from taps_core.report import (
+from taps_core.ir.graph import OpGraph
+from taps_core.ir.strategies import DEFERRABLE_KINDS
+from taps_core.plan.records import OpPlan, Plan, StageInfo
+from taps_core.plan.report import (
     fmt_bytes,
     fmt_seconds,
     strategy_words,
 )
-from taps_core.strategies import DEFERRABLE_KINDS
+from taps_core.studies.explain import layer_relative_names
 
 MAX_VISIBLE_GENERATIONS = 28  # the expanded view opens on its first columns (pan for the rest)
 DEFAULT_WIDTH_PX = 960  # the width labels are laid out for (a wide page beside the sidebar)

@@ -1,7 +1,7 @@
 """Pipelined plans drawn: the 1F1B schedule as a timeline (Gantt), stage labels, and the ops of
 each stage named after the layers it holds. Pure: engine results in, records and figures out.
 
-The engine reports one figure per stage and micro-batch (:class:`~taps_core.plan.StageInfo`:
+The engine reports one figure per stage and micro-batch (:class:`~taps_core.plan.records.StageInfo`:
 ``microbatch_s`` = forward + backward including the stage's point-to-point sends, ``send_s``
 the sends, ``sync_s`` the gradient sync once per step). The timeline replays those figures
 under the 1F1B order (Narayanan et al. 2021: stage ``i`` runs ``p - i - 1`` warm-up forwards,
@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 import plotly.graph_objects as go
 
 from dashboard.charts import style
-from taps_core.explain import layer_relative_names
-from taps_core.graph import OpGraph
-from taps_core.plan import PipelineInfo, Plan, StageInfo
-from taps_core.report import fmt_seconds
+from taps_core.ir.graph import OpGraph
+from taps_core.plan.records import PipelineInfo, Plan, StageInfo
+from taps_core.plan.report import fmt_seconds
+from taps_core.studies.explain import layer_relative_names
 
 FORWARD_SHARE = 1 / 3  # forward : backward = 1 : 2 of a stage's time without sends
 EDGE_MICROBATCHES = 8  # micro-batches drawn at each end of a long schedule (steady state cut)

@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from dashboard.charts import fmt_gib, search_status
-from taps_core.plan import Plan
-from taps_core.report import describe, fmt_bytes, fmt_seconds
+from taps_core.plan.records import Plan
+from taps_core.plan.report import describe, fmt_bytes, fmt_seconds
 
 
 def busiest_link_rows(plan: Plan, top: int | None = None) -> list[dict[str, object]]:

@@ -11,36 +11,38 @@ edits ``src~dst:bw=5:lat=2.5`` or ``src~dst:cut`` joined by ``;`` (GB/s and micr
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import streamlit as st
 
-from taps_core.errors import InvalidInputError, TapsError, check_positive
-from taps_core.models import load_model_config, sample_names
-from taps_core.presets import MAX_PRESET_NODES, PRESETS, preset
-from taps_core.topology import (
+from taps_core.cluster.edits import (
+    EDIT_GBPS,
+    LinkEdit,
+    edits_text,
+    parse_edits,
+)
+from taps_core.cluster.presets import MAX_PRESET_NODES, PRESETS, preset
+from taps_core.cluster.topology import (
     A100_40GB_PCIE,
     A100_80GB,
     H100_80GB,
-    Link,
     Topology,
     build_cluster,
-    validate,
 )
+from taps_core.costs.ops import MODES
+from taps_core.errors import InvalidInputError, TapsError
+from taps_core.models import load_model_config, sample_names
+from taps_core.search.flat import COST_MODELS
+from taps_core.units import GB
 
-GB = 1e9
-GiB = 2**30
 DTYPES = ("bfloat16", "float16", "float32")
 DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
-MODES = ("train", "infer")
-COST_MODELS = ("topology", "volume")
 UPLOADED = "uploaded config.json"
 CUSTOM = "custom"
 TOPOLOGY_SOURCES = (*PRESETS, CUSTOM)
 IMAGE_FORMATS = ("png", "svg")
 MAX_NODES_UI = MAX_PRESET_NODES  # the engine's bound (2048 hosts)
-MAX_EDITS = 200  # link edits in one URL / session
 # the build form's widget ranges: a URL may not ask for more than the form can
 BUILD_RANGES: dict[str, tuple[float, float]] = {
     "nodes": (1, MAX_NODES_UI),
@@ -64,7 +66,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "sweep_points": (2, 12),
     "explain_gb": (0.01, 16.0),
     "net_GBps": (0.1, 10_000.0),
-    "edit_GBps": (0.001, 10_000.0),
+    "edit_GBps": EDIT_GBPS,
 }
 NET_STEPS = (0.5, 1, 2, 5, 10, 12.5, 25, 50, 100, 200, 400, 800, 1600)  # GB/s per host
 GPUS = {"a100-80": A100_80GB, "a100-40-pcie": A100_40GB_PCIE, "h100-80": H100_80GB}
@@ -75,7 +77,7 @@ GPUS = {"a100-80": A100_80GB, "a100-40-pcie": A100_40GB_PCIE, "h100-80": H100_80
 
 @dataclass(frozen=True)
 class BuildSpec:
-    """Parameters of :func:`taps_core.topology.build_cluster` in dashboard units (GB/s, µs)."""
+    """Parameters of ``taps_core.build_cluster`` in dashboard units (GB/s, µs)."""
 
     nodes: int = 2
     gpus: int = 8
@@ -179,173 +181,10 @@ class BuildSpec:
 # ---- link edits ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LinkEdit:
-    """One edited link: new bandwidth (GB/s) and/or latency (µs), or cut; or a new link
-    (``add``, of ``kind``). ``src == "+host"`` adds a copy of the last host instead."""
-
-    src: str
-    dst: str
-    bandwidth_GBps: float | None = None
-    latency_us: float | None = None
-    cut: bool = False
-    add: bool = False
-    kind: str = "network"
-
-    def text(self) -> str:
-        if self.src == ADD_HOST:
-            return ADD_HOST
-        head = f"{self.src}~{self.dst}"
-        if self.cut:
-            return head + ":cut"
-        parts = [head, f"add:kind={self.kind}"] if self.add else [head]
-        if self.bandwidth_GBps is not None:
-            parts.append(f"bw={self.bandwidth_GBps:g}")
-        if self.latency_us is not None:
-            parts.append(f"lat={self.latency_us:g}")
-        return ":".join(parts)
-
-
-ADD_HOST = "+host"
-LINK_KINDS = ("nvlink", "pcie", "network")
-
-
-def parse_edits(text: str) -> tuple[LinkEdit, ...]:
-    """``a~b:bw=5:lat=2;c~d:cut;a~c:add:kind=pcie:bw=32;+host`` -> edits.
-
-    InvalidInputError names the bad entry; bandwidths and latencies must be finite and in the
-    editor's ranges.
-    """
-    out = []
-    items = [s for s in (s.strip() for s in text.split(";")) if s]
-    if len(items) > MAX_EDITS:
-        raise InvalidInputError("edits", f"{len(items)} edits", f"at most {MAX_EDITS}")
-    for item in items:
-        if item == ADD_HOST:
-            out.append(LinkEdit(ADD_HOST, ""))
-            continue
-        head, *opts = item.split(":")
-        src, sep, dst = head.partition("~")
-        if not sep or not src or not dst:
-            raise InvalidInputError("edits", item, "'src~dst:bw=GBps:lat=us' or 'src~dst:cut'")
-        kw: dict[str, Any] = {}
-        for opt in opts:
-            key, _, raw = opt.partition("=")
-            if key in ("cut", "add") and not raw:
-                kw[key] = True
-            elif key == "kind" and raw in LINK_KINDS:
-                kw["kind"] = raw
-            elif key in ("bw", "lat"):
-                try:
-                    value = float(raw)
-                except ValueError:
-                    raise InvalidInputError(f"edits {head} {key}", raw, "a number") from None
-                lo, hi = RANGES["edit_GBps"] if key == "bw" else (0.0, 1e6)
-                if not lo <= value <= hi:
-                    raise InvalidInputError(f"edits {head} {key}", raw, f"in [{lo:g}, {hi:g}]")
-                kw["bandwidth_GBps" if key == "bw" else "latency_us"] = value
-            else:
-                raise InvalidInputError(f"edits {head}", opt, "bw=..., lat=... or cut")
-        out.append(LinkEdit(src, dst, **kw))
-    return tuple(out)
-
-
-def with_edit(
-    edits: tuple[LinkEdit, ...], new: LinkEdit | None, pair: tuple[str, str]
-) -> tuple[LinkEdit, ...]:
-    """``edits`` with the edit of link ``pair`` replaced by ``new`` (None: restored).
-
-    Added hosts and links stay first, so edits of their links apply after they exist.
-    """
-    key = frozenset(pair)
-    kept = [e for e in edits if e.add or e.src == ADD_HOST or frozenset((e.src, e.dst)) != key]
-    if new is not None:
-        kept.append(new)
-    return tuple(sorted(kept, key=lambda e: not (e.add or e.src == ADD_HOST)))
-
-
-def edits_text(edits: tuple[LinkEdit, ...]) -> str:
-    return ";".join(e.text() for e in edits)
-
-
-def apply_edits(topology: Topology, edits: tuple[LinkEdit, ...]) -> tuple[Topology, list[str]]:
-    """Apply edits one by one; an edit the engine rejects is skipped and its error returned."""
-    errors = []
-    for e in edits:
-        try:
-            if e.src == ADD_HOST:
-                topology = add_host(topology)
-            elif e.add:
-                topology = add_link(topology, e)
-            elif e.cut:
-                topology = topology.without_link(e.src, e.dst)
-            else:
-                bw = None if e.bandwidth_GBps is None else e.bandwidth_GBps * GB
-                lat = None if e.latency_us is None else e.latency_us * 1e-6
-                if bw is not None:
-                    check_positive(f"link {e.src}-{e.dst} bandwidth (GB/s)", bw)
-                if lat is not None:
-                    check_positive(f"link {e.src}-{e.dst} latency (µs)", lat, allow_zero=True)
-                topology = topology.with_link(e.src, e.dst, bandwidth_Bps=bw, latency_s=lat)
-        except TapsError as err:
-            errors.append(f"edit {e.text()} skipped: {err}")
-    return topology, errors
-
-
-def add_host(topology: Topology) -> Topology:
-    """A copy of the last host (its devices, inner links and links to shared gear) appended."""
-    last = max(d.host for d in topology.devices if d.host is not None)
-    new = last + 1
-    if topology.nodes >= MAX_NODES_UI:
-        raise InvalidInputError("hosts", topology.nodes + 1, f"at most {MAX_NODES_UI}")
-    old_prefix, new_prefix = f"n{last}.", f"n{new}."
-
-    def rename(name: str) -> str:
-        if name.startswith(old_prefix):
-            return new_prefix + name[len(old_prefix) :]
-        return f"{name}.h{new}"
-
-    mine = {d.name for d in topology.devices if d.host == last}
-    devices = [
-        replace(d, name=rename(d.name), host=new) for d in topology.devices if d.host == last
-    ]
-    links = [
-        replace(
-            k,
-            src=rename(k.src) if k.src in mine else k.src,
-            dst=rename(k.dst) if k.dst in mine else k.dst,
-        )
-        for k in topology.links
-        if k.src in mine or k.dst in mine
-    ]
-    return validate(
-        replace(
-            topology,
-            devices=(*topology.devices, *devices),
-            links=(*topology.links, *links),
-        )
-    )
-
-
-def add_link(topology: Topology, e: LinkEdit) -> Topology:
-    """``topology`` plus a new link ``e.src`` - ``e.dst`` (bandwidth required)."""
-    names = {d.name for d in topology.devices}
-    for end in (e.src, e.dst):
-        if end not in names:
-            raise InvalidInputError("new link end", end, "a device of the cluster")
-    if e.bandwidth_GBps is None:
-        raise InvalidInputError(f"new link {e.src}-{e.dst} bandwidth", None, "given (bw=GB/s)")
-    if any({k.src, k.dst} == {e.src, e.dst} for k in topology.links):
-        raise InvalidInputError(f"new link {e.src}-{e.dst}", "exists", "a pair not yet linked")
-    lat = (e.latency_us if e.latency_us is not None else 2.0) * 1e-6
-    link = Link(e.src, e.dst, e.kind, e.bandwidth_GBps * GB, lat)
-    return validate(replace(topology, links=(*topology.links, link)))
-
-
 def base_topology(source: str, nodes: int, custom: str, json_text: str | None) -> Topology:
     """The unedited topology of a source (preset name, or ``custom`` = build spec / JSON)."""
     from dashboard.bounds import check_json_text, check_topology
-    from taps_core.topology_io import loads
+    from taps_core.cluster.io import loads
 
     if source in PRESETS:
         if not 1 <= nodes <= MAX_NODES_UI:
@@ -665,14 +504,3 @@ class Context:
     def workload(self) -> tuple[str, str | None, int, int, str]:
         """(model, uploaded text, batch, seq, dtype): the graph's cache key."""
         return self.model, self.model_text, self.batch, self.seq, self.dtype
-
-
-def current() -> Context:
-    """The context the sidebar built on this run (``app.py`` sets it before the page runs)."""
-    ctx = st.session_state.get("_ctx")
-    if ctx is None:  # a page run on its own: build the frame first
-        from dashboard.widgets import sidebar
-
-        init_session()
-        ctx = sidebar()
-    return ctx

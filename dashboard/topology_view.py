@@ -11,9 +11,9 @@ from plotly.colors import sample_colorscale
 
 from dashboard.charts import LINK_COLORS, style
 from dashboard.graph_view import DEFAULT_WIDTH_PX, _Boxes, text_width_px
-from taps_core.plan import Plan
-from taps_core.report import fmt_bytes, fmt_seconds
-from taps_core.topology import Topology
+from taps_core.cluster.topology import Topology
+from taps_core.plan.records import Plan
+from taps_core.plan.report import fmt_bytes, fmt_seconds
 
 # rows inside a host box (y), from the bottom: switch, GPUs, NICs; shared gear above
 ROW = {"nvswitch": 0.0, "pcie_switch": 0.0, "gpu": 1.0, "nic": 2.0}

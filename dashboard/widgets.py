@@ -31,11 +31,11 @@ from dashboard.state import (
     model_defaults,
     topology_url,
 )
+from taps_core.cluster.topology import node_inter_bandwidth
 from taps_core.errors import TapsError
 from taps_core.models import sample_names
 from taps_core.models.config import MAX_CONFIG_BYTES
-from taps_core.plan import Plan
-from taps_core.sweep import node_inter_bandwidth
+from taps_core.plan.records import Plan
 
 GiB = 2**30
 COST_LABELS = {"topology": "topology-aware (TAPS)", "volume": "volume (bytes only)"}
@@ -320,8 +320,8 @@ def need_plan(ctx: Context) -> Plan:
 
 def why_this_plan(ctx: Context, plan: Plan) -> None:
     """Warnings and the decisions that matter, each priced against its runner-up."""
-    from taps_core.explain import edit_words, replication_warning
-    from taps_core.sweep import reprice
+    from taps_core.studies.explain import edit_words, replication_warning
+    from taps_core.studies.sweep import reprice
 
     st.markdown("#### Why this plan")
     if plan.pipeline is not None:
@@ -413,7 +413,7 @@ def pipeline_words(plan: Plan) -> None:
     The engine's decision pricing and its hosts-repeat-work warning read a plan without
     stages (each stage's ops run on the stage's own hosts), so they are not shown here.
     """
-    from taps_core.report import fmt_bytes, fmt_seconds
+    from taps_core.plan.report import fmt_bytes, fmt_seconds
 
     pi = plan.pipeline
     assert pi is not None
@@ -473,3 +473,12 @@ def export_buttons(files: Any, stem: Any, *, key: str, label: str = "") -> dict[
             for framework, note in notes:
                 st.markdown(f"- **{framework}**: {note}")
     return names
+
+
+def current() -> Context:
+    """The context the sidebar built on this run (``app.py`` sets it before the page runs)."""
+    ctx = st.session_state.get("_ctx")
+    if ctx is None:  # a page run on its own: build the frame first
+        state.init_session()
+        ctx = sidebar()
+    return ctx

@@ -1,7 +1,7 @@
-"""``python -m taps_core``: see :mod:`taps_core.cli`."""
+"""``python -m taps_core``: see :mod:`taps_core.cli.main`."""
 
 import sys
 
-from taps_core.cli import main
+from taps_core.cli.main import main
 
 sys.exit(main())

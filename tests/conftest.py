@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from taps_core.cluster.presets import preset
 from taps_core.models import build_graph, load_model_config
-from taps_core.presets import preset
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,8 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from taps_core.presets import preset
-from taps_core.topology_io import dumps
+from taps_core.cluster.io import dumps
+from taps_core.cluster.presets import preset
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 PAGES = {
@@ -390,7 +390,7 @@ def test_sweep_page_holds_to_the_engine_numbers():
     bandwidth is a point (starred in the chart) whose TAPS step is the Plan page's search."""
     from taps_core.models import build_graph, load_model_config
     from taps_core.search.planner import search
-    from taps_core.sweep import sweep_grid, sweep_inter_bandwidth
+    from taps_core.studies.sweep import sweep_grid, sweep_inter_bandwidth
 
     at = app("sweep", points="3", curves="volume", bw_lo="2", bw_hi="400")
     assert not at.error, [e.value for e in at.error]
@@ -416,7 +416,7 @@ def test_sweep_page_holds_to_the_engine_numbers():
     star = [t for t in chart(at, "Step time vs")["data"] if t["name"].startswith("this cluster")]
     assert star and star[0]["x"] == [200.0]
     assert star[0]["y"][0] == pytest.approx(plan.total_time_s * 1e3)
-    from taps_core.report import fmt_seconds
+    from taps_core.plan.report import fmt_seconds
 
     plan_page = app("plan")  # the same inputs (SMALL): the Plan page's step time
     assert metric(plan_page, "Step time") == fmt_seconds(star[0]["y"][0] / 1e3)

@@ -11,8 +11,8 @@ from benchmarks.__main__ import main
 from benchmarks.bandwidth_sweep import PRESET_NIC_Bps, cluster
 from benchmarks.config import QUICK, scaled_batch
 from benchmarks.plan_quality import op_group
+from taps_core.cluster.presets import preset
 from taps_core.models import build_graph, load_model_config
-from taps_core.presets import preset
 from taps_core.search.planner import search
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from taps_core.cli import main
+from taps_core.cli.main import main
 
 PLAN_KEYS = {"model", "topology", "mode", "cost_model", "totals", "ops", "links", "search"}
 TOTAL_KEYS = {
@@ -253,9 +253,9 @@ SWEEP = ["sweep", "gpt2", "--topology", "dgx-a100:2", "--batch", "8", "--seq", "
 def test_sweep_json_is_the_engines_sweep(capsys):
     """``sweep --json -``: every point's plans as ``compare --json`` prints them, the cluster's
     own bandwidth a point, equal to the engine's sweep of the same inputs."""
+    from taps_core.cluster.presets import preset
     from taps_core.models import build_graph, load_model_config
-    from taps_core.presets import preset
-    from taps_core.sweep import sweep_grid, sweep_inter_bandwidth, sweep_to_json
+    from taps_core.studies.sweep import sweep_grid, sweep_inter_bandwidth, sweep_to_json
 
     args = [*SWEEP, "--from", "5", "--to", "400", "--points", "2", "--plans", "volume"]
     code, out, _ = _run([*args, "--json", "-"], capsys)

@@ -24,25 +24,19 @@ from dashboard.graph_view import dag_figure, dag_layout, layer_groups, op_rows
 from dashboard.pipeline_view import gantt_figure, relabel_stages, schedule_1f1b
 from dashboard.report_html import html_report
 from dashboard.review_pack import review_pack
-from dashboard.state import (
-    BuildSpec,
-    LinkEdit,
-    apply_edits,
-    edits_text,
-    parse_edits,
-    with_edit,
-)
+from dashboard.state import BuildSpec
 from dashboard.topology_view import device_positions, topology_figure
+from taps_core.cluster.edits import LinkEdit, apply_edits, edits_text, parse_edits, with_edit
+from taps_core.cluster.io import dumps, loads
+from taps_core.cluster.presets import preset
 from taps_core.errors import InvalidInputError
 from taps_core.models import build_graph, load_model_config
-from taps_core.plan import PipelineInfo, StageInfo
-from taps_core.presets import preset
-from taps_core.report import plan_to_json
+from taps_core.plan.records import PipelineInfo, StageInfo
+from taps_core.plan.report import plan_to_json
 from taps_core.search.baselines import compare, data_parallel_filter
 from taps_core.search.pipeline import search_pipeline
 from taps_core.search.planner import search
-from taps_core.sweep import sweep_inter_bandwidth
-from taps_core.topology_io import dumps, loads
+from taps_core.studies.sweep import sweep_inter_bandwidth
 
 
 @pytest.fixture(scope="module")

@@ -9,14 +9,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from taps_core.collectives import TopologyCost, VolumeCost, all_reduce
-from taps_core.linkmodel import LinkModel
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.presets import preset
+from taps_core.costs.collectives import TopologyCost, VolumeCost, all_reduce
+from taps_core.costs.reshard import Resharder, convert_phases, level_move
+from taps_core.ir.strategies import Strategy
 from taps_core.models import build_graph, load_model_config
-from taps_core.plan import OpChoice, evaluate
-from taps_core.plan import SearchInfo as Info
-from taps_core.presets import preset
-from taps_core.reshard import Resharder, convert_phases, level_move
-from taps_core.strategies import Strategy
+from taps_core.plan.evaluate import evaluate
+from taps_core.plan.records import OpChoice
+from taps_core.plan.records import SearchInfo as Info
 
 NO = (1, 1)
 
@@ -182,7 +183,7 @@ def test_moe_dispatch_moves_each_routed_token_once():
     # experts split 2 ways across nodes with tokens replicated there, tokens split 8 ways
     # inside: each GPU first keeps only the tokens routed to its node's experts (free), then
     # the node all-gathers them, so a GPU sends 7/8 of half the routed tokens, not of all
-    from taps_core.costs import op_cost
+    from taps_core.costs.ops import op_cost
 
     graph = _graph("mixtral-8x7b", num_hidden_layers=1, batch_size=8, seq_length=64)
     op = graph.op_by_name["L0.moe.dispatch"]

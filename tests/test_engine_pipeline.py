@@ -7,10 +7,11 @@ from dataclasses import replace
 
 import pytest
 
+from taps_core.cluster.presets import preset
+from taps_core.cluster.topology import sub_topology
 from taps_core.models import build_graph, load_model_config
-from taps_core.plan import evaluate
-from taps_core.presets import preset
-from taps_core.search.pipeline import search_pipeline, stage_graph, sub_topology
+from taps_core.plan.evaluate import evaluate
+from taps_core.search.pipeline import search_pipeline, stage_graph
 
 
 def _graph(name: str, **changes):
@@ -67,7 +68,7 @@ def test_stage_memory_holds_the_in_flight_micro_batches(piped):
             build_graph(graph.meta["config"].with_workload(batch_size=pi.micro_batch_size)),
             *st.layers, head=st.index == 0, tail=st.index == p - 1,
         )
-        from taps_core.linkmodel import LinkModel
+        from taps_core.cluster.links import LinkModel
 
         sub = sub_topology(topo, st.hosts if st.index == 0 else tuple(range(len(st.hosts))))
         once = evaluate(
@@ -102,8 +103,8 @@ def test_slow_network_pipelines_without_splitting_tensors_across_nics():
 def test_pipelined_decision_is_priced_against_the_fastest_flat_configuration(piped):
     """A pipelined plan of identical layers is priced against the fastest Megatron-LM /
     DeepSpeed configuration without stages (priced, not searched again)."""
-    from taps_core.explain import _choices, decisions
     from taps_core.search.planner import expert_plan
+    from taps_core.studies.explain import _choices, decisions
 
     graph, topo, plan = piped
     assert all(0 < share <= 1 + 1e-9 for _, _, share, _ in _choices(plan))

@@ -9,18 +9,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from taps_core.collectives import TopologyCost, all_reduce
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.presets import preset
+from taps_core.costs.collectives import TopologyCost, all_reduce
 from taps_core.errors import InfeasibleError, InvalidInputError
-from taps_core.linkmodel import LinkModel
 from taps_core.models import build_graph, load_model_config
-from taps_core.presets import preset
-from taps_core.search.baselines import (
-    NotFitting,
-    compare,
-    data_parallel_filter,
-    megatron_filter,
-    reduction,
-)
+from taps_core.plan.records import NotFitting
+from taps_core.search.baselines import compare, data_parallel_filter, megatron_filter, reduction
 from taps_core.search.flat import LEANEST_WEIGHT, microbatch_counts, useful_zero_stages
 from taps_core.search.layered import find_chain, solve_problem
 from taps_core.search.memory_bound import evaluate_at, memory_of
@@ -300,7 +295,7 @@ def test_search_objective_and_memory_match_the_report(name):
 
 
 def test_wider_space_never_worse_and_narrower_never_better(mlp, dgx1):
-    from taps_core.strategies import SearchSpace
+    from taps_core.ir.strategies import SearchSpace
 
     default = search(mlp, dgx1)
     wide = search(mlp, dgx1, space=SearchSpace(max_dims_per_level=3, whole_levels=False))

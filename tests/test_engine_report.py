@@ -7,9 +7,10 @@ import io
 
 import pytest
 
-from taps_core.costs import Memory
-from taps_core.plan import OpPlan
-from taps_core.report import (
+from taps_core.costs.ops import Memory
+from taps_core.ir.strategies import Strategy
+from taps_core.plan.records import OpPlan
+from taps_core.plan.report import (
     SHARDING_CLASSES,
     describe,
     fmt_bytes,
@@ -21,7 +22,6 @@ from taps_core.report import (
 )
 from taps_core.search.baselines import megatron_filter
 from taps_core.search.planner import search
-from taps_core.strategies import Strategy
 
 
 def _op(einsum: str, inter=(), intra=()) -> OpPlan:

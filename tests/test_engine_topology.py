@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from taps_core.collectives import TopologyCost, VolumeCost, all_gather, all_reduce, all_to_all
+from taps_core.cluster.io import dumps, loads
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.presets import PRESETS, preset
+from taps_core.cluster.topology import build_cluster
+from taps_core.costs.collectives import TopologyCost, VolumeCost, all_gather, all_reduce, all_to_all
 from taps_core.errors import InvalidInputError
-from taps_core.linkmodel import LinkModel
-from taps_core.presets import PRESETS, preset
-from taps_core.topology import build_cluster
-from taps_core.topology_io import dumps, loads
 
 GB = 1e9
 

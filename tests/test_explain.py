@@ -1,12 +1,12 @@
-"""taps_core.explain: the primer's section-2 example, checked against the ring formulas."""
+"""taps_core.studies.explain: the primer's section-2 example, checked against the ring formulas."""
 
 from __future__ import annotations
 
 import pytest
 
+from taps_core.cluster.presets import preset
 from taps_core.errors import InvalidInputError
-from taps_core.explain import volume_vs_time
-from taps_core.presets import preset
+from taps_core.studies.explain import volume_vs_time
 
 
 def test_primer_numbers_on_dgx_a100():
@@ -47,9 +47,9 @@ def test_invalid(spec, field):
 
 @pytest.fixture(scope="module")
 def gpt2_plans():
+    from taps_core.cluster.topology import scale_inter_bandwidth
     from taps_core.models import build_graph, load_model_config
     from taps_core.search.planner import search
-    from taps_core.sweep import scale_inter_bandwidth
 
     graph = build_graph(load_model_config("gpt2"))
     topo = preset("dgx-a100:2")
@@ -64,7 +64,7 @@ def gpt2_plans():
 
 
 def test_replication_across_hosts_is_called_out(gpt2_plans):
-    from taps_core.explain import replicated_share, replication_warning
+    from taps_core.studies.explain import replicated_share, replication_warning
 
     _, _, fast, slow, _ = gpt2_plans
     assert replicated_share(slow) == pytest.approx(1.0)  # 1 GB/s per host: hosts repeat it all
@@ -74,8 +74,8 @@ def test_replication_across_hosts_is_called_out(gpt2_plans):
 
 
 def test_decisions_are_priced_against_a_search_without_them(gpt2_plans):
-    from taps_core.explain import decisions
     from taps_core.search.planner import search
+    from taps_core.studies.explain import decisions
 
     graph, topo, fast, _, _ = gpt2_plans
     found = decisions(fast, graph, topo, mode="train")
@@ -89,8 +89,8 @@ def test_decisions_are_priced_against_a_search_without_them(gpt2_plans):
 
 
 def test_change_and_edit_words(gpt2_plans):
-    from taps_core.explain import change_words, edit_words
-    from taps_core.sweep import reprice
+    from taps_core.studies.explain import change_words, edit_words
+    from taps_core.studies.sweep import reprice
 
     graph, _, fast, slow, slow_topo = gpt2_plans
     words = change_words(slow, fast, 30e9, 32e9, above_at_low=reprice(fast, graph, slow_topo))
@@ -103,9 +103,9 @@ def test_change_and_edit_words(gpt2_plans):
 
 
 def test_slow_baseline_is_blamed_on_compute_when_it_is(gpt2_plans):
-    from taps_core.explain import slow_baseline_warning
     from taps_core.search.baselines import compare, megatron_filter
     from taps_core.search.planner import search
+    from taps_core.studies.explain import slow_baseline_warning
 
     graph, topo, _, _, _ = gpt2_plans
     plans = compare(graph, topo)
@@ -121,9 +121,9 @@ def test_a_pipelined_plans_changed_ops_are_at_most_all_of_its_compute():
     import re
     from dataclasses import replace
 
-    from taps_core.explain import _diff
     from taps_core.models import build_graph, load_model_config
     from taps_core.search.planner import search
+    from taps_core.studies.explain import _diff
 
     graph = build_graph(replace(load_model_config("gpt2"), batch_size=8))
     topo = preset("dgx-a100:2")

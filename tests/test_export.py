@@ -15,7 +15,7 @@ from functools import cache
 
 import pytest
 
-from taps_core.cli import main
+from taps_core.cli.main import main
 from taps_core.errors import InvalidInputError
 from taps_core.export import EXIT_NOT_EXPRESSIBLE, NotExpressibleError, export_plan, grid
 from taps_core.models import build_graph, load_model_config
@@ -469,7 +469,7 @@ def test_engine_pipelined_plan_exports_when_the_json_has_stages(tmp_path) -> Non
     """The engine's Megatron-style plan of the small GPT-2 on the emulated levels is pipelined
     (a stage per node, TP 2 inside): PP 2 x TP 2 once the plan JSON carries ``pipeline``."""
     from taps_core.models import build_graph, config_from_dict
-    from taps_core.report import plan_to_json
+    from taps_core.plan.report import plan_to_json
     from taps_core.search.baselines import compare
     from validation.calibrate import build_topology
     from validation.dtensor_config import TinyGPTConfig

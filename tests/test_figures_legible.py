@@ -30,12 +30,12 @@ from dashboard.graph_view import (
 )
 from dashboard.pipeline_view import gantt_figure, relabel_stages
 from dashboard.topology_view import topology_figure
-from taps_core.explain import layer_relative_names
+from taps_core.cluster.presets import preset
 from taps_core.models import build_graph, load_model_config
-from taps_core.presets import preset
 from taps_core.search.fixed_config import parse_fixed, plan_fixed
 from taps_core.search.planner import search
-from taps_core.sweep import sweep_inter_bandwidth
+from taps_core.studies.explain import layer_relative_names
+from taps_core.studies.sweep import sweep_inter_bandwidth
 
 CASES = {
     "gpt2@2": ("gpt2", {"batch_size": 8, "seq_length": 256}, "dgx-a100:2", None),
@@ -226,7 +226,7 @@ def test_topology_labels_never_overlap_at_a_few_hosts(name):
 
 
 def test_edited_host_is_labelled_at_16_hosts():
-    from dashboard.state import apply_edits, parse_edits
+    from taps_core.cluster.edits import apply_edits, parse_edits
 
     topo, errors = apply_edits(preset("dgx-a100:16"), parse_edits("n3.nic0~net:bw=5"))
     assert not errors

@@ -2,7 +2,7 @@
 
 A table of nasty files (deep nesting, 400-digit integers, wrong types, invalid UTF-8, NaN,
 oversized models and clusters, broken problems in both solve-graph formats), run in-process
-through :func:`taps_core.cli.main`, plus a few real subprocesses under a memory cap.
+through :func:`taps_core.cli.main.main`, plus a few real subprocesses under a memory cap.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from taps_core import cli
-from taps_core.cli import main
+from taps_core.cli import main as cli
+from taps_core.cli.main import main
 
 CASE_SECONDS = 20.0  # every hostile input is refused well within this
 

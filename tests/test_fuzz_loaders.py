@@ -13,13 +13,13 @@ import time
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from taps_core.cluster.io import from_dict
+from taps_core.cluster.io import loads as topology_loads
+from taps_core.cluster.links import LinkModel
 from taps_core.errors import InvalidInputError
-from taps_core.linkmodel import LinkModel
 from taps_core.models import build_graph, config_from_dict, config_from_text
 from taps_core.solver import iopddl, load_problem, solve
 from taps_core.strict_json import dumps, loads, max_depth
-from taps_core.topology_io import from_dict
-from taps_core.topology_io import loads as topology_loads
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

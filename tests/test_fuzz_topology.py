@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from taps_core import linkmodel
+from taps_core.cluster import links as linkmodel
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.presets import preset
+from taps_core.cluster.topology import build_cluster
 from taps_core.errors import InvalidInputError
-from taps_core.linkmodel import LinkModel
-from taps_core.presets import preset
-from taps_core.topology import build_cluster
 
 
 def _all_patterns(links: LinkModel) -> dict:

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.presets import preset
 from taps_core.errors import InfeasibleError, InvalidInputError
-from taps_core.linkmodel import LinkModel
 from taps_core.models import build_graph, load_model_config
-from taps_core.presets import preset
 from taps_core.search.configs import (
     _Pricer,
     best_configuration,

@@ -9,9 +9,10 @@ import json
 import pytest
 
 from benchmarks import solver_scale
-from taps_core.cli import main
+from taps_core.cli.main import main
 from taps_core.errors import InvalidInputError
-from taps_core.solver.iopddl import FORBIDDEN, evaluate, is_iopddl, parse, solve_iopddl
+from taps_core.solver.iopddl.format import FORBIDDEN, evaluate, is_iopddl, parse
+from taps_core.solver.iopddl.solve import solve_iopddl
 
 # the example of the contest's format description
 EXAMPLE = {

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from benchmarks import iopddl_contest
-from taps_core.solver import iopddl_feasible as feas
-from taps_core.solver.iopddl import FORBIDDEN, IopddlProblem, evaluate, solve_iopddl
+from taps_core.solver.iopddl import feasible as feas
+from taps_core.solver.iopddl.format import FORBIDDEN, IopddlProblem, evaluate
+from taps_core.solver.iopddl.solve import solve_iopddl
 
 
 def _forbidden_picks(p: IopddlProblem, sol: list[int]) -> int:

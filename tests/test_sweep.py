@@ -1,4 +1,4 @@
-"""taps_core.sweep: the network knob, warm-started baselines equal direct searches, changes
+"""taps_core.studies.sweep: the network knob, warm-started baselines equal direct searches, changes
 located by bisection, and every point's parts adding up."""
 
 from __future__ import annotations
@@ -8,22 +8,20 @@ import math
 
 import pytest
 
+from taps_core.cluster.presets import preset
+from taps_core.cluster.topology import node_inter_bandwidth, scale_inter_bandwidth
 from taps_core.errors import InvalidInputError
 from taps_core.models import build_graph, load_model_config
-from taps_core.presets import preset
 from taps_core.search.baselines import compare
 from taps_core.search.planner import search
-from taps_core.sweep import (
+from taps_core.studies.shape import plan_shape, shape_change_words
+from taps_core.studies.sweep import (
     BISECT_RATIO,
     SweepRun,
     coarse_to_fine,
     log_bandwidths,
-    node_inter_bandwidth,
     plan_key,
-    plan_shape,
     reprice,
-    scale_inter_bandwidth,
-    shape_change_words,
     sweep_grid,
     sweep_inter_bandwidth,
 )

@@ -10,11 +10,11 @@ import textbook as tb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from taps_core.cluster.presets import preset
+from taps_core.cluster.topology import build_cluster
 from taps_core.models import build_graph, load_model_config
-from taps_core.plan import Plan
-from taps_core.presets import preset
+from taps_core.plan.records import Plan
 from taps_core.search.fixed_config import FixedConfig, parse_fixed, plan_fixed
-from taps_core.topology import build_cluster
 
 WEIGHT_LABELS = ("grad_sync", "zero gather")
 

@@ -1,15 +1,15 @@
-"""taps_core.traffic: per-op-kind link loads and GPU flows add up to the plan's own totals."""
+"""taps_core.plan.traffic: per-op-kind link loads and GPU flows add up to the plan's own totals."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from taps_core.cluster.presets import preset
 from taps_core.errors import InvalidInputError
 from taps_core.models import build_graph, load_model_config
-from taps_core.presets import preset
+from taps_core.plan.traffic import gpu_traffic_matrix, link_traffic_by_op_kind
 from taps_core.search.planner import search
-from taps_core.traffic import gpu_traffic_matrix, link_traffic_by_op_kind
 
 
 @pytest.fixture(

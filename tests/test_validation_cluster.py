@@ -94,7 +94,7 @@ def test_sizes_kinds_and_placement() -> None:
 
 
 def test_calibrated_topology_loads_in_engine(tmp_path: Path) -> None:
-    from taps_core.topology_io import load_topology
+    from taps_core.cluster.io import load_topology
     from validation.calibrate import write_outputs
 
     fits = {"intra": {"alpha_s": 2e-4, "beta_s_per_byte": 1 / 8e8, "bandwidth_Bps": 8e8},

@@ -29,7 +29,7 @@ MESH = MeshCoords(2, 2)
 
 
 def test_groups_follow_the_mesh() -> None:
-    from taps_core.strategies import Strategy
+    from taps_core.ir.strategies import Strategy
 
     dp = Strategy((("b", 2),), (("b", 2),))
     assert group_of(MESH, dp, 0, {"b"}) == (0, 1, 2, 3)

@@ -4,7 +4,7 @@ Two groups are timed: the ranks of node 0 (same-node level, over loopback) and o
 node (cross-node level, over the shaped veths). Each level's medians are fitted to the ring
 formulas of :mod:`validation.formulas` by :func:`validation.fit.fit_level`, pooled over the
 collective kinds (all timed kinds by default, or ``fit_kinds``). The topology is built by
-``taps_core.topology.build_cluster`` with PCIe inside a node (bandwidth 1/beta_intra, latency
+``taps_core.build_cluster`` with PCIe inside a node (bandwidth 1/beta_intra, latency
 alpha_intra/2 per link, i.e. alpha per GPU-switch-GPU step) and one NIC per node (bandwidth
 1/beta_inter, latency alpha_inter/2 per link).
 """
@@ -142,8 +142,8 @@ def _meta(nodes: int, ranks_per_node: int, rate_mbit: float, sizes: list[int],
 
 
 def build_topology(nodes: int, ranks_per_node: int, fits: dict[str, dict[str, float]]) -> Any:
-    """The engine :class:`~taps_core.topology.Topology` for the fitted levels."""
-    from taps_core.topology import GpuSpec, build_cluster
+    """The engine :class:`~taps_core.cluster.topology.Topology` for the fitted levels."""
+    from taps_core.cluster.topology import GpuSpec, build_cluster
 
     intra, inter = fits["intra"], fits["inter"]
     return build_cluster(
@@ -168,7 +168,7 @@ def measurements_path(topology_path: Path) -> Path:
 
 def write_outputs(topology_path: Path, calibration: dict[str, Any]) -> tuple[Path, Path]:
     """Write the topology JSON and the raw measurements next to it; return both paths."""
-    from taps_core.topology_io import dumps
+    from taps_core.cluster.io import dumps
 
     meta = calibration["meta"]
     topo = build_topology(meta["nodes"], meta["ranks_per_node"], calibration["fits"])

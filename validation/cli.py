@@ -284,8 +284,8 @@ def _model_configs(spec: str) -> dict[str, dict[str, Any]]:
 
 
 def _plan_topology(args: argparse.Namespace):
-    from taps_core.topology import build_cluster
-    from taps_core.topology_io import load_topology
+    from taps_core.cluster.io import load_topology
+    from taps_core.cluster.topology import build_cluster
 
     if args.topology:
         return load_topology(args.topology)

@@ -71,7 +71,7 @@ class DTensorCheck:
 def engine_plans(nodes: int = 2, ranks_per_node: int = 2) -> list[Case]:
     """The engine's Megatron-style (untied model) and data-parallel plans of the small GPT-2."""
     from taps_core.models import build_graph, config_from_dict
-    from taps_core.report import plan_to_json
+    from taps_core.plan.report import plan_to_json
     from taps_core.search.baselines import data_parallel_filter, megatron_filter
     from taps_core.search.planner import search
     from validation.calibrate import build_topology

@@ -21,8 +21,8 @@ class EnginePredictor:
     def __init__(self, topology: Any) -> None:
         self.error: str | None = None
         try:
-            from taps_core.collectives import Phase, TopologyCost, all_reduce
-            from taps_core.linkmodel import LinkModel
+            from taps_core.cluster.links import LinkModel
+            from taps_core.costs.collectives import Phase, TopologyCost, all_reduce
 
             self._phase, self._all_reduce = Phase, all_reduce
             self._cost = TopologyCost(LinkModel(topology))

@@ -19,7 +19,7 @@ indices where an op depends on them (causal mask, positions, vocabulary ranges, 
 This keeps the executor correct for any resharding history, e.g. a gather across the node level
 of a dimension also split inside the node, which leaves a strided (non-contiguous) shard.
 
-Reshards follow :func:`taps_core.reshard.level_move` level by level (inter, then intra), exactly
+Reshards follow ``costs.reshard.level_move`` level by level (inter, then intra), exactly
 as the engine costs them: ``none``, ``slice`` (free), ``all_gather`` or ``all_to_all``.
 """
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taps_core.costs import summed_letters
+from taps_core.costs.ops import summed_letters
 
 LEVELS = ("inter", "intra")
 
@@ -203,10 +203,10 @@ def plan_reshard(mesh: MeshCoords, state: TensorState, src_strategy, src_letters
     into the layout ``dst_strategy`` wants for ``dst_letters``; and the resulting state.
 
     Levels are processed inter then intra. On each level the engine's
-    :func:`taps_core.reshard.level_move` classification is reproduced: slice, all-gather or
+    :func:`taps_core.costs.reshard.level_move` classification is reproduced: slice, all-gather or
     all-to-all (an all-gather followed by a slice when the split counts differ).
     """
-    from taps_core.reshard import level_move
+    from taps_core.costs.reshard import level_move
 
     src_layout = src_strategy.layout(src_letters)
     dst_layout = dst_strategy.layout(dst_letters)

@@ -67,7 +67,7 @@ def load_levels(path: Path) -> tuple[LevelParams, LevelParams, str]:
         return (LevelParams(f["intra"]["alpha_s"], f["intra"]["beta_s_per_byte"]),
                 LevelParams(f["inter"]["alpha_s"], f["inter"]["beta_s_per_byte"]),
                 f"calibration measurements {path.name}")
-    from taps_core.topology_io import from_dict
+    from taps_core.cluster.io import from_dict
 
     topo = from_dict(data)
     kinds = {d.name: d.kind for d in topo.devices}

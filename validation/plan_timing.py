@@ -27,15 +27,15 @@ BYTES_TOLERANCE = 0.01  # relative: phases whose byte counts agree this closely 
 
 
 def _cost_model(topology):
-    from taps_core.collectives import TopologyCost
-    from taps_core.linkmodel import LinkModel
+    from taps_core.cluster.links import LinkModel
+    from taps_core.costs.collectives import TopologyCost
 
     return TopologyCost(LinkModel(topology))
 
 
 def phase_seconds(cost, kind: str, level: str, q: int, per_rank_bytes: float) -> float | None:
     """Engine seconds of one phase (None for a group spanning both levels: not a phase)."""
-    from taps_core.collectives import Phase
+    from taps_core.costs.collectives import Phase
 
     if level not in ("intra", "inter") or q < 2:
         return None

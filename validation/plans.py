@@ -51,7 +51,7 @@ def strategy_to_json(s) -> dict[str, list]:
 
 
 def strategy_from_json(d: dict[str, list]):
-    from taps_core.strategies import Strategy
+    from taps_core.ir.strategies import Strategy
 
     return Strategy(tuple((ch, int(f)) for ch, f in d["inter"]),
                     tuple((ch, int(f)) for ch, f in d["intra"]))
@@ -59,7 +59,8 @@ def strategy_from_json(d: dict[str, list]):
 
 def plans_for(graph, topology, labels: tuple[str, ...] = PLAN_LABELS) -> dict[str, Any]:
     """``taps_core.search.baselines.compare`` restricted to ``labels``; raises if one misfits."""
-    from taps_core.search.baselines import NotFitting, compare
+    from taps_core.plan.records import NotFitting
+    from taps_core.search.baselines import compare
 
     got = compare(graph, topology)
     out = {}
@@ -77,7 +78,7 @@ def random_plan(graph, seed: int, nodes: int = 2, ranks_per_node: int = 2):
     import random
     from types import SimpleNamespace
 
-    from taps_core.strategies import Mesh, SearchSpace, op_strategies
+    from taps_core.ir.strategies import Mesh, SearchSpace, op_strategies
 
     rng = random.Random(seed)
     mesh = Mesh(nodes, ranks_per_node)

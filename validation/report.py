@@ -132,8 +132,8 @@ def run_all(data: Path, *, quick: bool = False, timeout_s: float = DEFAULT_TIMEO
             impl="gloo", intra_rate_mbit=state.intra_rate_mbit))
         _write(data / FILES["gloo"], gloo)
 
-        from taps_core.topology import build_cluster
-        from taps_core.topology_io import load_topology
+        from taps_core.cluster.io import load_topology
+        from taps_core.cluster.topology import build_cluster
 
         topo = load_topology(str(topo_path))
         topologies = {"calibrated": topo,
@@ -439,7 +439,7 @@ after one warm-up step is reported, with the spread (max - min) / median.
 **Plan execution.** `validation/executor.py` runs the engine's einsum IR op by op on local
 shards: each rank holds, per tensor position, a list of the global indices it owns (from
 `Strategy.layout`; a level's split letters map mixed-radix to the level coordinate, last
-letter fastest). Between ops each input is resharded exactly as `taps_core.reshard.level_move`
+letter fastest). Between ops each input is resharded exactly as `taps_core.costs.reshard.level_move`
 classifies it, level by level (slice / all-gather / all-to-all, autograd-aware: the backward is
 the reverse move, the engine's `reshard grad`); inputs replicated over devices that split
 other letters of the op get an identity whose backward all-reduces (the engine's

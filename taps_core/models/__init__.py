@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from taps_core.errors import InvalidInputError
-from taps_core.graph import OpGraph
+from taps_core.ir.graph import OpGraph
 from taps_core.models.config import (
     TRANSFORMER_TYPES,
     ModelConfig,

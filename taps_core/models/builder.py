@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from taps_core.graph import OpGraph, OpSpec, TensorSpec
+from taps_core.ir.graph import OpGraph, OpSpec, TensorSpec
 
 
 class GraphBuilder:

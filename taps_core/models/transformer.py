@@ -7,7 +7,7 @@ Llama-style models use RMSNorm, SwiGLU and grouped-query attention (K/V carry kv
 
 from __future__ import annotations
 
-from taps_core.graph import OpGraph, TensorSpec
+from taps_core.ir.graph import OpGraph, TensorSpec
 from taps_core.models.builder import GraphBuilder
 from taps_core.models.config import ModelConfig
 

@@ -7,7 +7,7 @@ halo exchange, which is outside the strategy space. BatchNorm keeps per-device s
 
 from __future__ import annotations
 
-from taps_core.graph import OpGraph
+from taps_core.ir.graph import OpGraph
 from taps_core.models.builder import GraphBuilder
 from taps_core.models.config import ModelConfig
 

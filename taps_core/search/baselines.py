@@ -7,32 +7,24 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology
 from taps_core.errors import InfeasibleError
-from taps_core.graph import OpGraph, OpSpec
-from taps_core.linkmodel import LinkModel
-from taps_core.plan import Plan, SearchInfo
+from taps_core.ir.graph import OpGraph, OpSpec
+from taps_core.ir.strategies import SearchSpace, Strategy
+from taps_core.plan.records import NotFitting, Plan, SearchInfo
 from taps_core.search.configs import best_configuration, supports
 from taps_core.search.fixed_config import tp_letter
 from taps_core.search.flat import SlowerThanCutoffError, search_flat
 from taps_core.search.pipeline import objective
 from taps_core.search.planner import DEFAULT_TIME_BUDGET_S, search
 from taps_core.search.problem import StrategyFilter
-from taps_core.strategies import SearchSpace, Strategy
-from taps_core.topology import Topology
 
 BASELINES = ("taps", "volume", "megatron", "data_parallel")
-
-
-@dataclass(frozen=True)
-class NotFitting:
-    """A baseline that has no plan under the constraints, and why (one line)."""
-
-    label: str
-    reason: str
 
 
 def _data_letters(graph: OpGraph) -> frozenset[str]:
@@ -191,10 +183,12 @@ def _volume_below(
         )
     except SlowerThanCutoffError:
         return replace(taps, label="volume", cost_model="volume", search=SearchInfo(
-            "dp-layered", time.perf_counter() - start, taps.search.num_strategies, "feasible",
-            0.0, None,
-            "the TAPS plan: no plan without stages has a lower volume objective (proven by "
-            "bounds); pipeline shapes are not searched under the volume model",
+            algorithm="dp-layered",
+            time_s=time.perf_counter() - start,
+            num_strategies=taps.search.num_strategies,
+            status="feasible",
+            note="the TAPS plan: no plan without stages has a lower volume objective (proven "
+            "by bounds); pipeline shapes are not searched under the volume model",
         ))
 
 
@@ -234,14 +228,10 @@ def _share_candidates(out: dict[str, Plan | NotFitting]) -> dict[str, Plan | Not
             best,
             label=label,
             cost_model=model,
-            search=SearchInfo(
-                info.algorithm,
-                info.time_s,
-                info.num_strategies,
-                "optimal" if proven else "feasible",
-                info.memory_weight,
-                info.lower_bound_s,
-                f"the {best.label} plan (it lies in this search's space) beat the best this "
+            search=replace(
+                info,
+                status="optimal" if proven else "feasible",
+                note=f"the {best.label} plan (it lies in this search's space) beat the best this "
                 f"search found; {info.note}".rstrip("; "),
             ),
         )

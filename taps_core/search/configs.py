@@ -12,7 +12,7 @@ A *space* is what one framework can run (:data:`SPACES`):
 Inference keeps one micro-batch, no pipeline and ZeRO 0 or 3 (the sharded weights gathered
 as they are used).
 
-Each configuration is priced by :func:`taps_core.plan.evaluate`, the same model that prices
+Each configuration is priced by :func:`taps_core.plan.evaluate.evaluate`, the same model that prices
 every plan, without building the whole model: a stage's ops cost the sum of their own costs
 and a model's layers are identical, so a stage of ``n`` layers costs ``T(1) + (n - 1) x (T(2)
 - T(1))`` for the stage built with one and with two layers (its time, its gradient sync and
@@ -29,13 +29,16 @@ import math
 import time
 from dataclasses import dataclass, replace
 
-from taps_core.collectives import TopologyCost
-from taps_core.costs import Memory, OpCost
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology, sub_topology
+from taps_core.costs.collectives import TopologyCost
+from taps_core.costs.ops import Memory, OpCost
 from taps_core.errors import InfeasibleError, InvalidInputError
-from taps_core.graph import MEMORY_BOUND_KINDS, OpGraph
-from taps_core.linkmodel import LinkModel
+from taps_core.ir.graph import MEMORY_BOUND_KINDS, OpGraph
+from taps_core.ir.strategies import Strategy
 from taps_core.models import build_graph
-from taps_core.plan import Plan, SearchInfo, evaluate
+from taps_core.plan.evaluate import evaluate
+from taps_core.plan.records import Plan, SearchInfo
 from taps_core.search.fixed_config import FixedConfig, Layout3D, fixed_choices, plan_fixed, resolve
 from taps_core.search.pipeline import (
     balanced_split,
@@ -43,11 +46,8 @@ from taps_core.search.pipeline import (
     layer_range,
     one_f_one_b_busy,
     stage_graph,
-    sub_topology,
     tied_shard_bytes,
 )
-from taps_core.strategies import Strategy
-from taps_core.topology import Topology
 
 SPACES = ("megatron", "deepspeed")
 FIT_TOLERANCE = 1e-9  # a configuration fits when its memory is within this fraction of the limit
@@ -237,7 +237,7 @@ class _Pricer:
             sg = micro if head and tail else stage_graph(
                 micro, 0, layers - 1, head=head, tail=tail
             )
-            info = SearchInfo("fixed", 0.0, 0, "fixed", 0.0, None, "")
+            info = SearchInfo(algorithm="fixed", time_s=0.0, num_strategies=0, status="fixed")
             costs = self._op_costs.setdefault(
                 (lay.micro_batch_size * lay.dp, layers, head, tail, lay.hosts_per_stage), {}
             )
@@ -411,10 +411,15 @@ def search_configurations(
             f"the fastest of {len(candidates)} {space} configurations (exhaustive: "
             f"{len(priced)} priced, the rest bounded by compute): {best.config.text()}"
         )
-        plan = replace(plan, search=SearchInfo(
-            f"{space}-exhaustive", elapsed, len(candidates), "optimal", 0.0, plan.total_time_s,
-            note
-        ))
+        info = SearchInfo(
+            algorithm=f"{space}-exhaustive",
+            time_s=elapsed,
+            num_strategies=len(candidates),
+            status="optimal",
+            lower_bound_s=plan.total_time_s,
+            note=note,
+        )
+        plan = replace(plan, search=info)
     return ConfigSearch(space, plan, best, tuple(priced), len(fitting), len(candidates),
                         time.perf_counter() - start)
 

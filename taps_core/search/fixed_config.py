@@ -23,13 +23,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology
 from taps_core.errors import InfeasibleError, InvalidInputError
-from taps_core.graph import OpGraph, OpSpec
-from taps_core.linkmodel import LinkModel
-from taps_core.plan import OpChoice, Plan, SearchInfo, evaluate
+from taps_core.ir.graph import OpGraph, OpSpec
+from taps_core.ir.strategies import DEFERRABLE_KINDS, LevelSplit, Strategy
+from taps_core.plan.evaluate import evaluate
+from taps_core.plan.records import OpChoice, Plan, SearchInfo
 from taps_core.search.pipeline import assemble_stages, balanced_split, layer_range
-from taps_core.strategies import DEFERRABLE_KINDS, LevelSplit, Strategy
-from taps_core.topology import Topology
 
 FIXED_KEYS = ("tp", "pp", "dp", "mbs", "sp", "recompute", "zero")
 RECOMPUTE = ("none", "full")
@@ -266,7 +267,9 @@ def plan_fixed(
     micro = graph
     if lay.microbatches > 1:
         micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // lay.microbatches))
-    info = SearchInfo("fixed", 0.0, 0, "fixed", 0.0, None, config.text())
+    info = SearchInfo(
+        algorithm="fixed", time_s=0.0, num_strategies=0, status="fixed", note=config.text()
+    )
     if lay.pp == 1:
         plan = evaluate(
             micro, links or LinkModel(topology), mode, fixed_choices(micro, lay), label=label,

@@ -7,21 +7,23 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
-from taps_core.collectives import CommCost, TopologyCost, VolumeCost
-from taps_core.costs import MODES
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology
+from taps_core.costs.collectives import CommCost, TopologyCost, VolumeCost
+from taps_core.costs.ops import MODES
 from taps_core.errors import InfeasibleError, InvalidInputError
-from taps_core.graph import OpGraph
-from taps_core.linkmodel import LinkModel
-from taps_core.plan import OpChoice, Plan, SearchInfo, evaluate
+from taps_core.ir.graph import OpGraph
+from taps_core.ir.strategies import Mesh, SearchSpace, op_strategies
+from taps_core.plan.evaluate import evaluate
+from taps_core.plan.records import OpChoice, Plan, SearchInfo
 from taps_core.search.chain_memory import MEMORY_STEPS
 from taps_core.search.layered import Assignment
 from taps_core.search.memory_bound import Bounds, FrontSearch, dual_bounds, evaluate_at, memory_of
 from taps_core.search.memory_fit import within_limit
 from taps_core.search.problem import SearchProblem, StrategyFilter, build_problem
 from taps_core.solver.fronts import KnotError, TruncatedError
-from taps_core.strategies import Mesh, SearchSpace, op_strategies
-from taps_core.topology import Topology
 from taps_core.units import GiB
 
 COST_MODELS = ("topology", "volume")
@@ -54,7 +56,13 @@ def _fit_memory(
 
     def info(status: str, lower: float | None, note: str, lam: float = 0.0) -> SearchInfo:
         return SearchInfo(
-            algorithm, time.perf_counter() - start, count, status, lam, lower, note
+            algorithm=algorithm,
+            time_s=time.perf_counter() - start,
+            num_strategies=count,
+            status=status,
+            memory_weight=lam,
+            lower_bound_s=lower,
+            note=note,
         )
 
     if lean is None:
@@ -324,14 +332,12 @@ def search_flat_at(
     if unexplored:
         counts = "count" if len(unexplored) == 1 else "counts"
         note += f"; {len(unexplored)} micro-batch {counts} left unsearched (time budget)"
-    info = SearchInfo(
-        info.algorithm,
-        time.perf_counter() - start,
-        info.num_strategies,
-        "optimal" if proven else "feasible",
-        info.memory_weight,
-        min(lower, cost),
-        note.lstrip("; "),
+    info = replace(
+        info,
+        time_s=time.perf_counter() - start,
+        status="optimal" if proven else "feasible",
+        lower_bound_s=min(lower, cost),
+        note=note.lstrip("; "),
     )
     choice = choices_of(problem, sol)
     return evaluate(
@@ -447,15 +453,14 @@ def _best_zero_stage(
         note = (note + "; " if note else "") + (
             f"ZeRO stage {_stage(sub)} fastest of {', '.join(str(_stage(x[0])) for x in found)}"
         )
-    return sub, sol, SearchInfo(
-        info.algorithm,
-        sum(x[2].time_s for x in found),
-        info.num_strategies,
-        "optimal" if proven else "feasible",
-        info.memory_weight,
-        min(lower, cost),
-        note,
-    ), free
+    info = replace(
+        info,
+        time_s=sum(x[2].time_s for x in found),
+        status="optimal" if proven else "feasible",
+        lower_bound_s=min(lower, cost),
+        note=note,
+    )
+    return sub, sol, info, free
 
 
 def _stage(problem: SearchProblem) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from taps_core.errors import InfeasibleError
-from taps_core.plan import Plan
+from taps_core.plan.records import Plan
 from taps_core.units import GiB
 
 TRANSIENT_RETRIES = 3  # searches with a tightened limit when transient buffers overflow it

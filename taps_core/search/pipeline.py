@@ -29,27 +29,19 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from taps_core.collectives import TopologyCost, VolumeCost
-from taps_core.costs import shard
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology, host_renamer, sub_topology
+from taps_core.costs.collectives import TopologyCost, VolumeCost
+from taps_core.costs.ops import shard
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
-from taps_core.graph import OpGraph
-from taps_core.linkmodel import LinkModel
+from taps_core.ir.graph import OpGraph
+from taps_core.ir.strategies import SearchSpace, pad_factor
 from taps_core.models import build_graph
-from taps_core.plan import (
-    OpPlan,
-    PipelineInfo,
-    Plan,
-    SearchInfo,
-    StageInfo,
-    evaluate,
-    link_traffic,
-    workload_of,
-)
+from taps_core.plan.evaluate import evaluate, link_traffic, workload_of
+from taps_core.plan.records import OpPlan, PipelineInfo, Plan, SearchInfo, StageInfo
 from taps_core.search.flat import choices_of, search_fixed
 from taps_core.search.memory_fit import within_limit
 from taps_core.search.problem import StrategyFilter
-from taps_core.strategies import SearchSpace, pad_factor
-from taps_core.topology import Topology
 
 MAX_STAGES = 32
 SCOUT_STAGE_BUDGET_S = 4.0  # a stage's exact search while comparing settings (then in full)
@@ -89,18 +81,6 @@ def stage_graph(graph: OpGraph, first: int, last: int, *, head: bool, tail: bool
     return OpGraph(
         graph.name, tensors, ops, graph.batch_letter, {**graph.meta, "stage": (first, last)}
     )
-
-
-def sub_topology(topology: Topology, hosts: tuple[int, ...]) -> Topology:
-    """The cluster restricted to some hosts (shared switches kept)."""
-    keep = {d.name for d in topology.devices if d.host is None or d.host in hosts}
-    devices = tuple(d for d in topology.devices if d.name in keep)
-    links = tuple(k for k in topology.links if k.src in keep and k.dst in keep)
-    sub = replace(
-        topology, name=f"{topology.name}[hosts {hosts[0]}-{hosts[-1]}]", devices=devices,
-        links=links,
-    )
-    return sub
 
 
 def _flows(
@@ -266,13 +246,11 @@ def search_pipeline(
     # the stage count, layer split and micro-batch count come from a guided enumeration
     stages = "proven optimal" if plan.search.status == "optimal" else "best found"
     info = SearchInfo(
-        "pipeline + " + plan.search.algorithm,
-        time.perf_counter() - start,
-        plan.search.num_strategies,
-        "feasible",
-        0.0,
-        None,
-        f"{len(plan.pipeline.stages)} stages x {plan.pipeline.microbatches} micro-batches, "
+        algorithm="pipeline + " + plan.search.algorithm,
+        time_s=time.perf_counter() - start,
+        num_strategies=plan.search.num_strategies,
+        status="feasible",
+        note=f"{len(plan.pipeline.stages)} stages x {plan.pipeline.microbatches} micro-batches, "
         f"best of {tried} pipeline settings (a guided enumeration, not a proof); each stage's "
         f"plan: {stages}",
     )
@@ -654,27 +632,3 @@ def _moved(op: OpPlan, st: StageInfo) -> OpPlan:
     head, _, rest = op.name.partition(".")
     name = f"L{layer}.{rest}" if head == f"L{op.layer}" and rest else op.name
     return replace(op, stage=st.index, layer=layer, name=name)
-
-
-def host_renamer(topology: Topology, shift: int, g: int) -> Callable[[str], str]:
-    """Map a device name of hosts 0.. to the same device on hosts shift.. (by position)."""
-    if shift == 0:
-        return lambda name: name
-    by_host: dict[int | None, list[str]] = {}
-    for d in topology.devices:
-        by_host.setdefault(d.host, []).append(d.name)
-    where = {}
-    for host, names in by_host.items():
-        if host is None:
-            continue
-        for pos, name in enumerate(names):
-            where[name] = (host, pos)
-    lookup = {(h, pos): n for n, (h, pos) in where.items()}
-
-    def rename(name: str) -> str:
-        if name not in where:
-            return name  # a shared switch
-        h, pos = where[name]
-        return lookup.get((h + shift, pos), name)
-
-    return rename

@@ -11,16 +11,16 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology
 from taps_core.errors import InfeasibleError
-from taps_core.graph import OpGraph
-from taps_core.linkmodel import LinkModel
-from taps_core.plan import Plan, SearchInfo
+from taps_core.ir.graph import OpGraph
+from taps_core.ir.strategies import SearchSpace
+from taps_core.plan.records import Plan, SearchInfo
 from taps_core.search.configs import compute_floor_s, search_configurations, supports
 from taps_core.search.flat import SlowerThanCutoffError, search_flat
 from taps_core.search.pipeline import objective, plan_setting, search_pipeline
 from taps_core.search.problem import StrategyFilter
-from taps_core.strategies import SearchSpace
-from taps_core.topology import Topology
 
 DEFAULT_TIME_BUDGET_S = 60.0  # the exact memory-bound search reports its gap past this
 

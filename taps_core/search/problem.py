@@ -2,7 +2,7 @@
 
 Nodes:
 - one *op node* per op, or per sibling group (Q/K/V, gate/up: one shared strategy, see
-  :attr:`~taps_core.graph.OpGraph.siblings`), named after its first op. Its strategies are the
+  :attr:`~taps_core.ir.graph.OpGraph.siblings`), named after its first op. Its strategies are the
   shardings; each strategy has *options* (the ZeRO stage), with a time and a memory each, in
   two *variants*: the layer kept for backward, or recomputed (``recompute=True``);
 - one *tensor node* per op output read by another op, whose strategies are the layouts its
@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from taps_core.collectives import CommCost, Phase
-from taps_core.costs import (
+from taps_core.cluster.topology import Topology
+from taps_core.costs.collectives import CommCost, Phase
+from taps_core.costs.ops import (
     OpCost,
     gathered_bytes,
     op_cost,
@@ -30,16 +31,21 @@ from taps_core.costs import (
     weight_phases,
     zero_stages,
 )
+from taps_core.costs.reshard import Resharder, plain
 from taps_core.errors import InfeasibleError
-from taps_core.graph import OpGraph, OpSpec
-from taps_core.reshard import Resharder, plain
+from taps_core.ir.graph import OpGraph, OpSpec
+from taps_core.ir.strategies import (
+    Layout,
+    Mesh,
+    SearchSpace,
+    Strategy,
+    op_strategies,
+    reader_layouts,
+)
 from taps_core.solver.problem import CostGraph
-from taps_core.strategies import Layout, Mesh, SearchSpace, Strategy, op_strategies
-from taps_core.topology import Topology
 
 StrategyFilter = Callable[[OpGraph, OpSpec, Strategy], bool]
 TENSOR_PREFIX = "tensor:"
-MOE_KINDS = frozenset({"moe_dispatch", "moe_combine"})
 
 
 def op_signature(graph: OpGraph, op: OpSpec) -> tuple:
@@ -273,6 +279,62 @@ def _group_strategies(
     return out
 
 
+def _sibling_groups(graph: OpGraph) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """(search node -> the sibling ops it decides together, op -> its node): siblings share
+    one choice (e.g. Q, K and V of a layer)."""
+    members: dict[str, tuple[str, ...]] = {}
+    node_of: dict[str, str] = {}
+    for op in graph.ops:
+        group = graph.siblings.get(op.name, (op.name,))
+        members.setdefault(group[0], group)
+        node_of[op.name] = group[0]
+    return members, node_of
+
+
+def _group_options(
+    graph: OpGraph,
+    ops: list[OpSpec],
+    mesh: Mesh,
+    topology: Topology,
+    mode: str,
+    comm: CommCost,
+    space: SearchSpace,
+    allow: StrategyFilter | None,
+    k: int,
+    activation_copies: int,
+) -> tuple:
+    """One search node's options: (strategies, time s and memory bytes per option by
+    recomputation, ZeRO stages of the columns, per-op costs), per step of ``k`` micro-batches."""
+    train = mode == "train"
+    stages = (0, 1, 2, 3) if train else (0, 3)
+    strats = _group_strategies(graph, ops, mesh, space, allow)
+    tabs = [
+        _op_tables(graph, op, strats, topology, mode, comm.seconds, stages, k)
+        for op in ops
+    ]
+    compute = sum(t.compute for t in tabs)
+    fwd = sum(t.fwd for t in tabs)
+    bwd = sum(t.bwd for t in tabs)
+    wt = sum(t.weight_time for t in tabs)
+    wm = sum(t.weight_memory for t in tabs)
+    fixed = sum(t.fixed_memory for t in tabs)
+    used = [j for j in range(len(stages)) if np.isfinite(wt[:, j]).any()]
+    wt, wm = wt[:, used], wm[:, used]
+    zeros = tuple(stages[j] for j in used)
+    times, mems = {}, {}
+    for rc in (False, True) if train else (False,):
+        passes = (4.0 if rc else 3.0) if train else 1.0
+        base = k * (passes * compute + (2 if rc else 1) * fwd + bwd)
+        act = activation_copies * sum(t.boundary if rc else t.saved for t in tabs)
+        if rc:  # the layer re-created in backward, one at a time (1/L each)
+            act = act + sum(t.saved - t.boundary for t in tabs) / max(1, graph.num_layers)
+        times[rc] = base[:, None] + wt
+        mems[rc] = (act + fixed)[:, None] + wm
+    if not train:
+        times[True], mems[True] = times[False], mems[False]
+    return strats, times, mems, zeros, [t.costs for t in tabs]
+
+
 def build_problem(
     graph: OpGraph,
     topology: Topology,
@@ -292,13 +354,7 @@ def build_problem(
     resharder = Resharder(comm, topology.gpus_per_node)
     train = mode == "train"
     k = microbatches
-    stages = (0, 1, 2, 3) if train else (0, 3)
-    members: dict[str, tuple[str, ...]] = {}
-    node_of: dict[str, str] = {}
-    for op in graph.ops:
-        group = graph.siblings.get(op.name, (op.name,))
-        members.setdefault(group[0], group)
-        node_of[op.name] = group[0]
+    members, node_of = _sibling_groups(graph)
     strategies: dict[str, list[Strategy]] = {}
     option_time: dict[str, dict[bool, np.ndarray]] = {}
     option_memory: dict[str, dict[bool, np.ndarray]] = {}
@@ -310,32 +366,9 @@ def build_problem(
         ops = [graph.op_by_name[n] for n in names]
         sig = (tuple(op_signature(graph, op) for op in ops), activation_copies)
         if sig not in memo:
-            strats = _group_strategies(graph, ops, mesh, space, allow)
-            tabs = [
-                _op_tables(graph, op, strats, topology, mode, comm.seconds, stages, k)
-                for op in ops
-            ]
-            compute = sum(t.compute for t in tabs)
-            fwd = sum(t.fwd for t in tabs)
-            bwd = sum(t.bwd for t in tabs)
-            wt = sum(t.weight_time for t in tabs)
-            wm = sum(t.weight_memory for t in tabs)
-            fixed = sum(t.fixed_memory for t in tabs)
-            used = [j for j in range(len(stages)) if np.isfinite(wt[:, j]).any()]
-            wt, wm = wt[:, used], wm[:, used]
-            zeros = tuple(stages[j] for j in used)
-            times, mems = {}, {}
-            for rc in (False, True) if train else (False,):
-                passes = (4.0 if rc else 3.0) if train else 1.0
-                base = k * (passes * compute + (2 if rc else 1) * fwd + bwd)
-                act = activation_copies * sum(t.boundary if rc else t.saved for t in tabs)
-                if rc:  # the layer re-created in backward, one at a time (1/L each)
-                    act = act + sum(t.saved - t.boundary for t in tabs) / max(1, graph.num_layers)
-                times[rc] = base[:, None] + wt
-                mems[rc] = (act + fixed)[:, None] + wm
-            if not train:
-                times[True], mems[True] = times[False], mems[False]
-            memo[sig] = (strats, times, mems, zeros, [t.costs for t in tabs])
+            memo[sig] = _group_options(
+                graph, ops, mesh, topology, mode, comm, space, allow, k, activation_copies
+            )
         strats, times, mems, zeros, costs = memo[sig]
         strategies[node] = strats
         lay = ops[0].layer
@@ -424,22 +457,6 @@ def _graph_order(
             if TENSOR_PREFIX + graph.op_by_name[n].output in layouts
         ]
     return out
-
-
-def grad_partial(op: OpSpec, pos: int, s: Strategy) -> tuple[int, int]:
-    """(inter, intra) ways the gradient of input ``pos`` is a partial sum under ``s``."""
-    if op.kind in MOE_KINDS:
-        return (1, 1)
-    absent = set(op.letters) - set(op.input_letters[pos]) - op.fixed
-    return s.partial(absent)
-
-
-def reader_layouts(op: OpSpec, pos: int, strats: list[Strategy]) -> tuple[list, list]:
-    """(layout each strategy reads input ``pos`` in, layout of its gradient with partials)."""
-    letters = op.input_letters[pos]
-    wanted = [s.layout(letters) for s in strats]
-    grads = [(w[0], w[1], grad_partial(op, pos, s)) for w, s in zip(wanted, strats)]
-    return wanted, grads
 
 
 def _reader_matrices(

@@ -1,7 +1,7 @@
 """Solvers for the pairwise strategy-assignment problem (any graph; optional memory limits).
 
 ``solve`` is exact without a time limit; ``solve_with_memory`` adds a usage limit over live
-ranges; :mod:`taps_core.solver.iopddl` reads and answers Google's IOPDDL contest format.
+ranges; :mod:`taps_core.solver.iopddl.format` reads and answers Google's IOPDDL contest format.
 """
 
 from taps_core.solver.elimination import min_plus, reduce_to, solve

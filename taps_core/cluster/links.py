@@ -16,7 +16,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from taps_core.topology import Topology
+from taps_core.cluster.topology import Topology
 
 PATTERNS = ("ring", "pairs")
 PRED_ELEMENTS = 1 << 26  # shortest-path tree entries kept at once (int32: 256 MiB)

@@ -1,8 +1,8 @@
 """Where a plan's bytes go: per-link traffic split by op kind, and GPU-to-GPU flows.
 
-:func:`taps_core.plan.evaluate` adds every phase's routed load into one per-link total. The
+:func:`taps_core.plan.evaluate.evaluate` adds every phase's routed load into one per-link total. The
 dashboard also wants *which ops* load a link and *which GPU sends to which*, so this module
-replays the same phases through the same :class:`~taps_core.linkmodel.LinkModel` patterns,
+replays the same phases through the same :class:`~taps_core.cluster.links.LinkModel` patterns,
 keeping the op kind apart. The totals therefore match ``plan.links`` exactly.
 """
 
@@ -12,11 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology, host_renamer, sub_topology
 from taps_core.errors import InvalidInputError
-from taps_core.linkmodel import LinkModel
-from taps_core.plan import Plan
-from taps_core.search.pipeline import host_renamer, sub_topology
-from taps_core.topology import Topology
+from taps_core.plan.records import Plan
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ def link_traffic_by_op_kind(
     Examples
     --------
     >>> from taps_core.models import load_model_config, build_graph
-    >>> from taps_core.presets import preset
+    >>> from taps_core.cluster.presets import preset
     >>> from taps_core.search.planner import search
     >>> topo = preset("dgx-a100:2")
     >>> plan = search(build_graph(load_model_config("mlp-2layer")), topo)

@@ -8,11 +8,13 @@ GPUs are grouped into hosts (nodes). The device mesh the planner uses has two le
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
+import numpy as np
 
-from taps_core.errors import InvalidInputError
+from taps_core.errors import InvalidInputError, check_positive
 from taps_core.limits import check, check_size
 
 LINK_KINDS = ("nvlink", "pcie", "network")
@@ -280,3 +282,81 @@ def build_cluster(
             compute_efficiency=compute_efficiency,
         )
     )
+
+
+# ---- the network knob: one host's inter-node bandwidth, read and rescaled -------------------
+
+
+def node_inter_bandwidth(topology: Topology) -> float:
+    """Mean over hosts of the summed bandwidth (bytes/s) of a host's network links."""
+    hosts = {d.name: d.host for d in topology.devices}
+    per_host: dict[int, float] = {}
+    for link in topology.links:
+        if link.kind != "network":
+            continue
+        host = hosts[link.src] if hosts[link.src] is not None else hosts[link.dst]
+        if host is not None:
+            per_host[host] = per_host.get(host, 0.0) + link.bandwidth_Bps
+    if not per_host:
+        raise InvalidInputError(
+            "topology", topology.name, "a cluster with network links between hosts (nodes >= 2)"
+        )
+    return float(np.mean(list(per_host.values())))
+
+
+def scale_inter_bandwidth(topology: Topology, node_bandwidth_Bps: float) -> Topology:
+    """A copy whose network links are scaled so a host's NICs add up to ``node_bandwidth_Bps``.
+
+    Examples
+    --------
+    >>> from taps_core.cluster.presets import preset
+    >>> t = scale_inter_bandwidth(preset("dgx-a100:2"), 100e9)  # 8 NICs x 12.5 GB/s
+    >>> round(node_inter_bandwidth(t) / 1e9, 6)
+    100.0
+    """
+    check_positive("node_bandwidth_Bps", node_bandwidth_Bps)
+    factor = node_bandwidth_Bps / node_inter_bandwidth(topology)
+    links = tuple(
+        replace(k, bandwidth_Bps=k.bandwidth_Bps * factor) if k.kind == "network" else k
+        for k in topology.links
+    )
+    return validate(replace(topology, links=links))
+
+
+# ---- parts of a cluster: some of its hosts, and the same device on another host ----------
+
+
+def sub_topology(topology: Topology, hosts: tuple[int, ...]) -> Topology:
+    """The cluster restricted to some hosts (shared switches kept)."""
+    keep = {d.name for d in topology.devices if d.host is None or d.host in hosts}
+    devices = tuple(d for d in topology.devices if d.name in keep)
+    links = tuple(k for k in topology.links if k.src in keep and k.dst in keep)
+    sub = replace(
+        topology, name=f"{topology.name}[hosts {hosts[0]}-{hosts[-1]}]", devices=devices,
+        links=links,
+    )
+    return sub
+
+
+def host_renamer(topology: Topology, shift: int, g: int) -> Callable[[str], str]:
+    """Map a device name of hosts 0.. to the same device on hosts shift.. (by position)."""
+    if shift == 0:
+        return lambda name: name
+    by_host: dict[int | None, list[str]] = {}
+    for d in topology.devices:
+        by_host.setdefault(d.host, []).append(d.name)
+    where = {}
+    for host, names in by_host.items():
+        if host is None:
+            continue
+        for pos, name in enumerate(names):
+            where[name] = (host, pos)
+    lookup = {(h, pos): n for n, (h, pos) in where.items()}
+
+    def rename(name: str) -> str:
+        if name not in where:
+            return name  # a shared switch
+        h, pos = where[name]
+        return lookup.get((h + shift, pos), name)
+
+    return rename

@@ -2,7 +2,7 @@
 
 Training runs a forward pass and a backward pass (two einsums per forward one: 3x the forward
 compute). What moves *between* ops (reshards, partial sums handed on, activation gradients)
-is costed on the graph's edges by :mod:`taps_core.reshard`; this module costs what belongs to
+is costed on the graph's edges by :mod:`taps_core.costs.reshard`; this module costs what belongs to
 one op under one strategy:
 
 - compute: a roofline per pass (FLOPs over peak x efficiency, or bytes over HBM bandwidth);
@@ -20,7 +20,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taps_core.collectives import (
+from taps_core.cluster.topology import Topology
+from taps_core.costs.collectives import (
     Phase,
     all_gather,
     all_gather_levels,
@@ -28,9 +29,8 @@ from taps_core.collectives import (
     all_to_all,
     reduce_scatter_levels,
 )
-from taps_core.graph import MEMORY_BOUND_KINDS, OpGraph, OpSpec, TensorSpec
-from taps_core.strategies import LEVELS, Strategy, pad_factor
-from taps_core.topology import Topology
+from taps_core.ir.graph import MEMORY_BOUND_KINDS, OpGraph, OpSpec, TensorSpec
+from taps_core.ir.strategies import LEVELS, Strategy, pad_factor
 
 MODES = ("train", "infer")
 STAT_BYTES = 8  # a norm all-reduces two fp32 statistics per row

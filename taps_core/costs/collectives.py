@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from taps_core.linkmodel import LinkModel
+from taps_core.cluster.links import LinkModel
 
 DEFAULT_VOLUME_SECONDS_PER_BYTE = 1.0 / 100e9  # volume model: one fixed 100 GB/s for every byte
 

@@ -7,9 +7,8 @@ import io
 from collections import Counter
 from typing import Any
 
-from taps_core.plan import OpPlan, Plan
-from taps_core.search.baselines import NotFitting
-from taps_core.strategies import Strategy
+from taps_core.ir.strategies import Strategy
+from taps_core.plan.records import NotFitting, OpPlan, Plan
 
 LETTER_NAMES = {
     "b": "batch",

@@ -15,30 +15,30 @@ from pathlib import Path
 from typing import Any
 
 from taps_core import strict_json
+from taps_core.cli.export import add_export_parser, run_export
+from taps_core.cluster.io import load_topology
+from taps_core.cluster.presets import PRESETS
+from taps_core.cluster.topology import Topology, node_inter_bandwidth
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
-from taps_core.export import add_export_parser, run_export
-from taps_core.graph import OpGraph
+from taps_core.ir.graph import OpGraph
 from taps_core.limits import check
 from taps_core.models import build_graph, load_model_config, sample_names
 from taps_core.models.config import DTYPE_BYTES
-from taps_core.presets import PRESETS
-from taps_core.report import compare_to_json, fmt_bytes, fmt_seconds, plan_table, plan_to_json
-from taps_core.search.baselines import NotFitting, compare, reduction
+from taps_core.plan.records import NotFitting
+from taps_core.plan.report import compare_to_json, fmt_bytes, fmt_seconds, plan_table, plan_to_json
+from taps_core.search.baselines import compare, reduction
 from taps_core.search.configs import SPACES, best_configuration
 from taps_core.search.fixed_config import parse_fixed, plan_fixed
 from taps_core.search.flat import COST_MODELS
 from taps_core.search.planner import search
 from taps_core.solver import iopddl, problem_from_json, solve
-from taps_core.sweep import (
+from taps_core.studies.sweep import (
     MAX_POINTS,
     Sweep,
-    node_inter_bandwidth,
     sweep_grid,
     sweep_inter_bandwidth,
     sweep_to_json,
 )
-from taps_core.topology import Topology
-from taps_core.topology_io import load_topology
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 1

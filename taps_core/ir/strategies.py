@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from functools import cached_property
 
-from taps_core.graph import OpGraph, OpSpec
+from taps_core.ir.graph import OpGraph, OpSpec
 
 LEVELS = ("inter", "intra")
 
@@ -186,3 +186,19 @@ def pad_factor(graph: OpGraph, op: OpSpec, s: Strategy, letters: str) -> float:
         f = s.factor(ch)
         out *= -(-sizes[ch] // f) * f / sizes[ch]
     return out
+
+
+def grad_partial(op: OpSpec, pos: int, s: Strategy) -> tuple[int, int]:
+    """(inter, intra) ways the gradient of input ``pos`` is a partial sum under ``s``."""
+    if op.kind in MOE_KINDS:
+        return (1, 1)
+    absent = set(op.letters) - set(op.input_letters[pos]) - op.fixed
+    return s.partial(absent)
+
+
+def reader_layouts(op: OpSpec, pos: int, strats: list[Strategy]) -> tuple[list, list]:
+    """(layout each strategy reads input ``pos`` in, layout of its gradient with partials)."""
+    letters = op.input_letters[pos]
+    wanted = [s.layout(letters) for s in strats]
+    grads = [(w[0], w[1], grad_partial(op, pos, s)) for w, s in zip(wanted, strats)]
+    return wanted, grads

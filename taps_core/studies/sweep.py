@@ -20,7 +20,7 @@ up to the requested bandwidth, keeping their relative speeds (a degraded NIC sta
 - Between two grid points where TAPS's plan differs, the change is located by bisection in
   log space to a tight interval, and explained in words: first the structure in Megatron-LM's
   terms (:class:`Shape`: TP/PP/DP sizes, ZeRO, recomputation, hosts repeating work), then the
-  planner's per-op view (:func:`taps_core.explain.change_words`).
+  planner's per-op view (:func:`taps_core.studies.explain.change_words`).
 
 Results are kept per (label, bandwidth), so a later grid reuses every plan already found.
 """
@@ -30,64 +30,25 @@ from __future__ import annotations
 import itertools
 import math
 import threading
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from taps_core.cluster.topology import Topology, node_inter_bandwidth, scale_inter_bandwidth
 from taps_core.errors import InvalidInputError, TapsError, check_positive
-from taps_core.explain import change_words, op_choice_label, replicated_share
-from taps_core.graph import OpGraph
-from taps_core.plan import Plan
-from taps_core.report import describe, plan_to_json
-from taps_core.search.baselines import BASELINES, NotFitting, compare
+from taps_core.ir.graph import OpGraph
+from taps_core.plan.records import NotFitting, Plan
+from taps_core.plan.report import describe, plan_to_json
+from taps_core.search.baselines import BASELINES, compare
 from taps_core.search.planner import search
-from taps_core.topology import Topology, validate
+from taps_core.studies.explain import change_words, op_choice_label, replicated_share
+from taps_core.studies.shape import Shape, plan_shape, shape_change_words
 
 MAX_POINTS = 40
 BISECT_RATIO = 1.1  # a change is located once its interval's high/low bandwidth ratio is below
 MAX_BISECTIONS = 16  # searches spent locating changes, over the whole sweep
-
-
-# ---- the network knob ------------------------------------------------------------------------
-
-
-def node_inter_bandwidth(topology: Topology) -> float:
-    """Mean over hosts of the summed bandwidth (bytes/s) of a host's network links."""
-    hosts = {d.name: d.host for d in topology.devices}
-    per_host: dict[int, float] = {}
-    for link in topology.links:
-        if link.kind != "network":
-            continue
-        host = hosts[link.src] if hosts[link.src] is not None else hosts[link.dst]
-        if host is not None:
-            per_host[host] = per_host.get(host, 0.0) + link.bandwidth_Bps
-    if not per_host:
-        raise InvalidInputError(
-            "topology", topology.name, "a cluster with network links between hosts (nodes >= 2)"
-        )
-    return float(np.mean(list(per_host.values())))
-
-
-def scale_inter_bandwidth(topology: Topology, node_bandwidth_Bps: float) -> Topology:
-    """A copy whose network links are scaled so a host's NICs add up to ``node_bandwidth_Bps``.
-
-    Examples
-    --------
-    >>> from taps_core.presets import preset
-    >>> t = scale_inter_bandwidth(preset("dgx-a100:2"), 100e9)  # 8 NICs x 12.5 GB/s
-    >>> round(node_inter_bandwidth(t) / 1e9, 6)
-    100.0
-    """
-    check_positive("node_bandwidth_Bps", node_bandwidth_Bps)
-    factor = node_bandwidth_Bps / node_inter_bandwidth(topology)
-    links = tuple(
-        replace(k, bandwidth_Bps=k.bandwidth_Bps * factor) if k.kind == "network" else k
-        for k in topology.links
-    )
-    return validate(replace(topology, links=links))
 
 
 def log_bandwidths(low_Bps: float, high_Bps: float, points: int) -> tuple[float, ...]:
@@ -118,156 +79,6 @@ def sweep_grid(
     return tuple(found[k] for k in sorted(found))
 
 
-# ---- the plan's structure in Megatron-LM's words ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Shape:
-    """A plan's structure as Megatron-LM practice names it, read off the ops carrying the most
-    compute (TAPS picks a strategy per op; the sizes most compute runs at stand for the plan).
-
-    ``tp`` ways a model dimension is split over all GPUs (tensor parallelism; ``tp_across`` of
-    them across nodes); ``pp`` pipeline stages; ``dp`` batch ways over all GPUs (``dp_across``
-    of them across nodes); ``copies`` nodes of a stage that compute the same thing (replicated
-    work, 1 when none); ``zero`` the ZeRO stage most ops use; ``recompute`` recomputed layers
-    out of ``layers``; ``microbatches`` per step; ``training`` whether gradients are synced;
-    ``letters`` the planner's label of the dominant strategy.
-    """
-
-    tp: int
-    tp_across: int
-    pp: int
-    dp: int
-    dp_across: int
-    copies: int
-    zero: int
-    recompute: int
-    layers: int
-    microbatches: int
-    letters: str
-    training: bool = True
-
-    def words(self) -> str:
-        """``TP 2 x PP 1 x DP 8 (2 across nodes), ZeRO-2``; replicated work named."""
-        tp = f"TP {self.tp}" + (f" ({self.tp_across} across nodes)" if self.tp_across > 1 else "")
-        dp = f"DP {self.dp}" + (f" ({self.dp_across} across nodes)" if self.dp_across > 1 else "")
-        parts = [f"{tp} x PP {self.pp} x {dp}"]
-        if self.copies > 1:
-            parts.append(f"replicated work: {self.copies} nodes compute the same")
-        if self.zero:
-            parts.append(f"ZeRO-{self.zero}")
-        if self.recompute:
-            parts.append(f"recompute {self.recompute} of {self.layers} layers")
-        if self.microbatches > 1:
-            parts.append(f"{self.microbatches} micro-batches")
-        return ", ".join(parts)
-
-
-def _ways(split: Sequence[tuple[str, int]], batch: bool) -> int:
-    """Ways ``split`` divides the batch letter (``batch``) or every other letter."""
-    return math.prod(f for ch, f in split if (ch == "b") == batch)
-
-
-def plan_shape(plan: Plan) -> Shape:
-    """The :class:`Shape` of ``plan`` (see there): the (TP, DP) sizes inside and across nodes
-    that most of the compute (seconds per step) runs at."""
-    weight: Counter[tuple[int, int, int, int]] = Counter()
-    letters: dict[tuple[int, int, int, int], Counter[str]] = {}
-    for op in plan.ops:
-        s = op.strategy
-        key = (_ways(s.intra, False), _ways(s.inter, False), _ways(s.intra, True),
-               _ways(s.inter, True))  # (tp inside, tp across, dp inside, dp across)
-        weight[key] += op.compute_s
-        letters.setdefault(key, Counter())[s.label()] += op.compute_s
-    key = weight.most_common(1)[0][0] if weight else (1, 1, 1, 1)
-    tp_in, tp_across, dp_in, dp_across = key
-    pi = plan.pipeline
-    pp = len(pi.stages) if pi is not None else 1
-    nodes = max(plan.nodes // pp, 1)  # nodes per stage
-    zeros = Counter(op.zero for op in plan.ops)
-    return Shape(
-        tp=tp_in * tp_across,
-        tp_across=tp_across,
-        pp=pp,
-        dp=dp_in * dp_across,
-        dp_across=dp_across,
-        copies=max(nodes // max(tp_across * dp_across, 1), 1),
-        zero=max(zeros, key=lambda z: (zeros[z], z)) if zeros else 0,
-        recompute=plan.recomputed_layers,
-        layers=len({op.layer for op in plan.ops if op.layer is not None}),
-        microbatches=pi.microbatches if pi is not None else plan.microbatches,
-        letters=letters[key].most_common(1)[0][0] if key in letters else "",
-        training=plan.mode == "train",
-    )
-
-
-def _who(slow: Shape) -> str:
-    """Who repeats work in ``slow``: 'the second node would only duplicate' and the like."""
-    if slow.copies == 2 and slow.pp == 1:
-        return "the second node would only duplicate"
-    if slow.pp > 1:
-        return f"the {slow.copies} nodes of each stage duplicate"
-    return f"{slow.copies - 1} of the {slow.copies} nodes only duplicate"
-
-
-def shape_change_words(slow: Shape, fast: Shape) -> str:
-    """What changes from the faster-network plan's structure ``fast`` to the slower-network
-    plan's ``slow``, in Megatron-LM terms, the planner's letters beside (empty: no change).
-
-    >>> a = Shape(2, 1, 1, 8, 2, 1, 2, 0, 12, 1, "inter[b2] intra[b4,n2]")
-    >>> b = Shape(2, 1, 1, 4, 1, 2, 2, 0, 12, 1, "inter[R] intra[b4,n2]")
-    >>> shape_change_words(b, a).split(" (planner")[0]
-    'DP 2 -> 1 across nodes (8 -> 4 in all): the second node would only duplicate work, \
-because at this bandwidth syncing gradients costs more than it saves'
-    """
-    clauses = []
-    more_copies = slow.copies > fast.copies
-    if slow.pp != fast.pp:
-        text = f"PP {fast.pp} -> {slow.pp}: " + (
-            "pipeline stages dropped" if slow.pp == 1
-            else "fewer pipeline stages" if slow.pp < fast.pp
-            else f"{slow.pp} pipeline stages, only the boundary activations cross nodes"
-        )
-        if more_copies and slow.dp_across == fast.dp_across:
-            text += (
-                f", so {_who(slow)} work (at this bandwidth sending activations between stages "
-                "costs more than it saves)"
-            )
-        clauses.append(text)
-    if slow.tp != fast.tp or slow.tp_across != fast.tp_across:
-        where = (
-            f" ({fast.tp_across} -> {slow.tp_across} across nodes)"
-            if slow.tp_across != fast.tp_across else ""
-        )
-        clauses.append(f"TP {fast.tp} -> {slow.tp}{where}")
-    if slow.dp_across != fast.dp_across:
-        text = f"DP {fast.dp_across} -> {slow.dp_across} across nodes"
-        if slow.dp != fast.dp:
-            text += f" ({fast.dp} -> {slow.dp} in all)"
-        if more_copies:
-            cost = (
-                "syncing gradients costs more than it saves" if slow.training
-                else "exchanging activations costs more than it saves"
-            )
-            text += f": {_who(slow)} work, because at this bandwidth {cost}"
-        clauses.append(text)
-    elif slow.dp != fast.dp:
-        clauses.append(f"DP {fast.dp} -> {slow.dp}")
-    if slow.zero != fast.zero:
-        clauses.append(f"ZeRO-{fast.zero} -> ZeRO-{slow.zero}")
-    if slow.recompute != fast.recompute:
-        clauses.append(f"recomputed layers {fast.recompute} -> {slow.recompute}")
-    if slow.microbatches != fast.microbatches:
-        clauses.append(f"micro-batches {fast.microbatches} -> {slow.microbatches}")
-    if not clauses:
-        return ""
-    letters = (
-        f" (planner: {fast.letters} -> {slow.letters})" if fast.letters != slow.letters else ""
-    )
-    return "; ".join(clauses) + letters + "."
-
-
-
 def coarse_to_fine(n: int) -> list[int]:
     """Indices 0..n-1 with both ends first, then midpoints of ever smaller gaps.
 
@@ -294,8 +105,8 @@ def coarse_to_fine(n: int) -> list[int]:
 def reprice(plan: Plan, graph: OpGraph, topology: Topology) -> Plan | None:
     """``plan``'s strategies costed on another ``topology`` of the same shape, or None when
     that is not possible (another cluster shape, or an engine API this code does not know)."""
-    from taps_core.linkmodel import LinkModel
-    from taps_core.plan import evaluate
+    from taps_core.cluster.links import LinkModel
+    from taps_core.plan.evaluate import evaluate
 
     if (plan.nodes, plan.gpus_per_node) != (topology.nodes, topology.gpus_per_node):
         return None

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from taps_core.collectives import Phase, TopologyCost, VolumeCost, all_reduce
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology
+from taps_core.costs.collectives import Phase, TopologyCost, VolumeCost, all_reduce
 from taps_core.errors import InvalidInputError, TapsError, check_positive
-from taps_core.linkmodel import LinkModel
-from taps_core.plan import Plan
-from taps_core.report import LETTER_NAMES, fmt_bytes, fmt_seconds, strategy_words
-from taps_core.topology import Topology
+from taps_core.plan.records import Plan
+from taps_core.plan.report import LETTER_NAMES, fmt_bytes, fmt_seconds, strategy_words
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def volume_vs_time(
 
     Examples
     --------
-    >>> from taps_core.presets import preset
+    >>> from taps_core.cluster.presets import preset
     >>> a, b = volume_vs_time(preset("dgx-a100:2"))
     >>> round(a.bytes_per_gpu / 1e9, 2), round(b.bytes_per_gpu / 1e9, 2)
     (1.75, 1.0)

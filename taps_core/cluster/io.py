@@ -7,10 +7,10 @@ from collections import Counter
 from typing import Any
 
 from taps_core import strict_json
+from taps_core.cluster.presets import preset
+from taps_core.cluster.topology import Device, GpuSpec, Link, Topology, validate
 from taps_core.errors import InvalidInputError
 from taps_core.limits import LIMITS, check, check_size
-from taps_core.presets import preset
-from taps_core.topology import Device, GpuSpec, Link, Topology, validate
 
 FORMAT = "taps-topology/1"
 MAX_FILE_BYTES = int(LIMITS["topology_file_bytes"].hi)

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from taps_core.solver.iopddl import FORBIDDEN, IopddlProblem
+from taps_core.solver.iopddl.format import FORBIDDEN, IopddlProblem
 from taps_core.solver.memory import segments
 
 EPS = 1e-9  # relative improvement a move must bring (float costs)

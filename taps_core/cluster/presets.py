@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from taps_core.cluster.topology import A100_40GB_PCIE, A100_80GB, H100_80GB, Topology, build_cluster
 from taps_core.errors import InvalidInputError
 from taps_core.limits import LIMITS, check
-from taps_core.topology import A100_40GB_PCIE, A100_80GB, H100_80GB, Topology, build_cluster
 
 
 def _dgx_a100(n: int) -> Topology:

@@ -1,6 +1,6 @@
 """Converting a tensor between layouts: slices, all-gathers, all-to-alls and partial-sum reductions.
 
-A :data:`~taps_core.strategies.Layout` gives, per mesh level, the split factor of each tensor
+A :data:`~taps_core.ir.strategies.Layout` gives, per mesh level, the split factor of each tensor
 position and the ways partial sums are still pending. Converting ``src`` into ``dst`` (never
 partial) runs level by level, inside the host first:
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from taps_core.collectives import CommCost, Phase
-from taps_core.strategies import LEVELS, NO_PARTIAL, Layout
+from taps_core.costs.collectives import CommCost, Phase
+from taps_core.ir.strategies import LEVELS, NO_PARTIAL, Layout
 
 INTER, INTRA = LEVELS.index("inter"), LEVELS.index("intra")
 
