@@ -237,13 +237,6 @@ class FrontSearch:
         return chain_plan(problem, self.chain, made[marks["block"]], made[marks["top"]], limit)
 
 
-def exact_fronts(problem: SearchProblem, limit: float, bounds: Bounds) -> Assignment | None:
-    """The fastest plan within ``limit`` no slower than ``bounds.best_time`` (see
-    :class:`FrontSearch`): the constrained optimum when ``bounds.best_time`` is a fitting
-    plan's time."""
-    return FrontSearch.prepare(problem, limit, bounds.lam).run(bounds.best_time)
-
-
 def chain_plan(
     problem: SearchProblem, chain: Chain, block: FrontTable, top: FrontTable, limit: float
 ) -> Assignment | None:
