@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.results_block import kept_block, write_block
 from taps_core.cluster.presets import preset
 from taps_core.models import build_graph
 from taps_core.models.config import config_from_dict
@@ -163,23 +164,13 @@ def section(rows: list[Row], quick: bool) -> str:
 
 
 def write_section(text: str, path: Path) -> None:
-    """Replace the block between the markers in ``path`` (append it when absent)."""
-    old = path.read_text() if path.exists() else ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        new = head + text + ("\n" + tail if tail else "")
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new)
+    """Replace the scaling block in ``path`` (append it when absent)."""
+    write_block(path, BEGIN, END, text)
 
 
 def kept_section(path: Path) -> str | None:
-    """The block between the markers in ``path`` (with them), or None."""
-    old = path.read_text() if path.exists() else ""
-    if BEGIN not in old or END not in old:
-        return None
-    return BEGIN + old.split(BEGIN, 1)[1].split(END, 1)[0] + END + "\n"
+    """The scaling block in ``path`` (with its markers), or None."""
+    return kept_block(path, BEGIN, END)
 
 
 def main(argv: list[str] | None = None) -> int:

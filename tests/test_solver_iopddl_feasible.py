@@ -128,8 +128,20 @@ def test_time_limit_is_honoured_on_a_medium_problem():
     assert evaluate(p, out["solution"])[2]
 
 
-def test_benchmark_slice_prints_scores():
+def test_benchmark_slice_prints_scores(tmp_path):
     lines: list[str] = []
     rows = iopddl_contest.run(((200, 6.0, 2.0),), log=lines.append)
     assert "mean score" in lines[-1] and rows[0]["score"]["ours"] > 0
     assert max(rows[0]["score"].values()) == 1.0
+    # the docs/RESULTS.md block of that run, written between its markers and kept on rewrite
+    from benchmarks.results_block import kept_block, write_block
+
+    text = iopddl_contest.section(rows, "python -m benchmarks.iopddl_contest")
+    ours = iopddl_contest.mean_scores(rows)["ours"]
+    assert "\n| 200 | " in text and f"Mean score: ours {ours:.3f}," in text
+    doc = tmp_path / "RESULTS.md"
+    doc.write_text("# Results\n")
+    write_block(doc, iopddl_contest.BEGIN, iopddl_contest.END, text)
+    write_block(doc, iopddl_contest.BEGIN, iopddl_contest.END, text)
+    assert doc.read_text().count(iopddl_contest.BEGIN) == 1
+    assert kept_block(doc, iopddl_contest.BEGIN, iopddl_contest.END) == text
