@@ -16,6 +16,7 @@ from benchmarks import (
     bandwidth_sweep,
     environment,
     figures,
+    iopddl_contest,
     pipelining,
     plan_quality,
     scaling,
@@ -23,6 +24,7 @@ from benchmarks import (
 )
 from benchmarks.config import FULL, QUICK
 from benchmarks.report import RunResults, render
+from benchmarks.results_block import kept_block, write_block
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTIONS = ("quality", "speed", "sweep", "pipeline")
@@ -162,10 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     run.wall_s = time.perf_counter() - start
     run.load_average_end = environment.load_average()
     results_md = args.out / "RESULTS.md"
-    kept = scaling.kept_section(results_md)  # the scaling table is written by its own command
+    # the scaling and IOPDDL tables are written by their own commands: keep them
+    markers = ((scaling.BEGIN, scaling.END), (iopddl_contest.BEGIN, iopddl_contest.END))
+    kept = [(b, e, kept_block(results_md, b, e)) for b, e in markers]
     results_md.write_text(render(run))
-    if kept:
-        scaling.write_section(kept, results_md)
+    for begin, end, block in kept:
+        if block:
+            write_block(results_md, begin, end, block)
     raw = {
         "command": command,
         "wall_s": run.wall_s,
