@@ -260,11 +260,14 @@ def test_pipeline_in_deepspeed_and_dtensor() -> None:
 
     tp = make_plan("gpt2", 2, 4, megatron_rule(4, 1), micro=4,
                    pipeline=_pipeline(sizes, 4, 4), stage_of=_stage_of(sizes))
-    dt = export_plan(tp, "dtensor")
-    assert any("pipelining is not expressed" in n for n in dt.notes)
-    names = set(dt.data["tp_plan"])
-    assert "transformer.h.5.attn.c_attn" in names and "transformer.h.6.attn.c_attn" not in names
-    assert dt.data["mesh"]["shape"] == [1, 4]
+    dt = export_plan(tp, "dtensor")  # every stage placed on its own mesh, not only stage 0
+    assert any("torch.distributed.pipelining" in n for n in dt.notes)
+    first, second = dt.data["stages"]
+    assert first["stage"] == {"index": 0, "layers": [0, 5], "nodes": 1}
+    assert "transformer.h.5.attn.c_attn.weight" in first["params"]
+    assert "transformer.h.6.attn.c_attn.weight" in second["params"]
+    assert "transformer.h.6.attn.c_attn.weight" not in first["params"]
+    assert first["mesh"]["shape"] == [2, 2]  # 1 host x 4 GPUs
 
 
 # ---------------------------------------------------------------- DeepSpeed
@@ -330,14 +333,66 @@ def test_dtensor_llama_names() -> None:
     assert p["model.embed_tokens"]["style"] == "RowwiseParallel"
 
 
-def test_dtensor_refuses_split_tie_in_training() -> None:
+def test_dtensor_split_tie_in_training_is_placed_per_op() -> None:
+    """parallelize_module cannot tie a vocab-split LM head to a whole embedding; the per-op
+    export keeps one parameter (the embedding's placement) and says why styles did not do."""
+
     def rule(n: str) -> tuple[dict, dict, bool]:
         return ({"b": 2}, {} if n == "embed" else megatron_rule(4, 2)(n)[1], False)
 
-    with pytest.raises(NotExpressibleError, match="ties their weight"):
-        export_plan(make_plan("gpt2", 2, 4, rule), "dtensor")
+    out = export_plan(make_plan("gpt2", 2, 4, rule), "dtensor")
+    assert out.data["style"] == "per-op placements"
+    assert any("ties their weight" in n for n in out.notes)
+    assert "lm_head.weight" not in out.data["stages"][0]["params"]
     out = export_plan(make_plan("gpt2", 2, 4, rule, mode="infer"), "dtensor")
     assert out.data["tied"] == [] and any("two parameters" in n for n in out.notes)
+
+
+def test_dtensor_per_op_placements_follow_each_op() -> None:
+    """2 hosts x 8 GPUs: mesh inter0 x intra0..2 (2 each); an op's split letters take mesh
+    dims per level in the strategy's order, and each tensor shards the dim its letter heads."""
+    from taps_core.export.dtensor_ops import mesh_dims, placements, prime_factors
+
+    assert prime_factors(12) == [2, 2, 3] and prime_factors(1) == []
+    assert [s for _, s in mesh_dims(6, 4)] == [2, 3, 2, 2]
+
+    def rule(n: str) -> tuple[dict, dict, bool]:
+        if n == "embed":
+            return {"b": 2}, {"b": 2, "v": 4}, True
+        if ".attn." in n:
+            return {"b": 2}, {"b": 2, "d": 4}, n.endswith("attn.o")
+        return {"b": 2}, {"b": 8}, False
+
+    out = export_plan(make_plan("gpt2", 2, 8, rule), "dtensor")
+    st = out.data["stages"][0]
+    assert st["mesh"] == {"dim_names": ["inter0", "intra0", "intra1", "intra2"],
+                          "shape": [2, 2, 2, 2]}
+    assert st["params"]["transformer.wte.weight"] == ["R", "R", "S(0)", "S(0)"]
+    assert st["input_ids"] == ["S(0)", "S(0)", "R", "R"]
+    assert st["inputs"]["transformer.h.0.mlp.c_fc"] == ["S(0)", "S(0)", "S(0)", "S(0)"]
+    # the head dim is inside the fused features: the projection stays replicated there
+    assert st["params"]["transformer.h.0.attn.c_attn.weight"] == ["R"] * 4
+    assert any("c_attn.weight: d left replicated" in n for n in out.notes)
+    assert placements(("b", "s", "nd"), {"n": [1], "b": [0]}, 2) == (["S(0)", "S(2)"], [])
+    assert placements(("m", "nd"), {"d": [1]}, 2) == (["R", "R"], ["d"])
+
+
+def test_every_taps_plan_exports_to_dtensor() -> None:
+    """TAPS's own plans (flat and pipelined, training and inference) export; none is refused."""
+    from taps_core.cluster.presets import preset
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.plan.report import plan_to_json
+    from taps_core.search.planner import search
+
+    for name, topo, mode, batch, pipeline in (
+        ("gpt2", "dgx-a100:2", "train", 32, None), ("gpt2", "dgx-a100:2", "infer", 8, None),
+        ("llama3-8b", "pcie:2", "train", 16, None), ("gpt2", "ethernet:4", "train", 64, True),
+    ):
+        cfg = load_model_config(name).with_workload(batch_size=batch, seq_length=256)
+        plan = search(build_graph(cfg), preset(topo), mode=mode, pipeline=pipeline)
+        out = export_plan(plan_to_json(plan), "dtensor")
+        stages = 1 if plan.pipeline is None else len(plan.pipeline.stages)
+        assert len(out.data.get("stages", [None])) == stages, (name, topo, mode)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
@@ -488,7 +543,7 @@ def test_engine_pipelined_plan_exports_when_the_json_has_stages(tmp_path) -> Non
     assert out.data["pipeline_parallel"] == stages
     assert out.data["tensor_parallel"] * out.data["data_parallel"] * stages == 4
     dt = export_plan(data, "dtensor", model=str(path))
-    assert any("pipelining is not expressed" in n for n in dt.notes)
+    assert len(dt.data["stages"]) == stages
 
 
 def test_taps_plan_seeded_by_a_framework_configuration_exports_to_megatron(tmp_path, capsys):

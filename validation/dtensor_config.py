@@ -18,6 +18,9 @@ class TinyGPTConfig:
     batch_size: int = 4  # samples per step, all data-parallel replicas together
     seq_length: int = 16  # tokens per sample
     tie_word_embeddings: bool = True  # the LM head shares the token embedding's weight
+    # "sdpa" (fused kernel) or "eager" (matmul, mask, softmax: what DTensor can shard on CPU),
+    # as Hugging Face's config option of the same name
+    attn_implementation: str = "sdpa"
 
     @property
     def head_dim(self) -> int:

@@ -33,6 +33,7 @@ class Attention(nn.Module):
     def __init__(self, cfg: TinyGPTConfig) -> None:
         super().__init__()
         self.head_dim = cfg.head_dim
+        self.eager = cfg.attn_implementation == "eager"
         self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd)
 
@@ -40,8 +41,18 @@ class Attention(nn.Module):
         b, s, _ = x.shape
         qkv = self.c_attn(x).view(b, s, -1, 3, self.head_dim)  # (b, s, heads here, 3, d)
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(dim=3))  # each (b, heads, s, d)
-        y = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if self.eager:
+            y = _eager_attention(q, k, v)
+        else:
+            y = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.c_proj(y.transpose(1, 2).reshape(b, s, -1))  # (b, s, heads * d) in
+
+
+def _eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal softmax attention from plain ops, each (b, heads, s, d)."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    future = torch.ones_like(scores, dtype=torch.bool).triu(1)  # a DTensor when scores is one
+    return scores.masked_fill(future, float("-inf")).softmax(-1) @ v
 
 
 class MLP(nn.Module):

@@ -106,6 +106,21 @@ def _prepare(
 
 
 def to_dtensor(view: PlanView, wl: Workload) -> Export:
+    """A DTensor plan: parallelize_module styles on a dp x tp mesh where they hold the plan,
+    else per-op placements on a mesh of prime factors (:mod:`taps_core.export.dtensor_ops`)."""
+    from taps_core.export.dtensor_ops import to_dtensor_ops
+
+    if view.pipeline is not None and wl.family in GPT_FAMILIES:
+        return to_dtensor_ops(view, wl, "they describe one pipeline stage's tensor plan")
+    try:
+        return to_dtensor_styles(view, wl)
+    except NotExpressibleError as err:
+        if wl.family not in GPT_FAMILIES:
+            raise
+        return to_dtensor_ops(view, wl, str(err))
+
+
+def to_dtensor_styles(view: PlanView, wl: Workload) -> Export:
     """A DTensor plan: a dp x tp DeviceMesh and a parallel style per Hugging Face module name."""
     fw = "PyTorch DTensor (parallelize_module)"
     notes = [workload_note(wl)]

@@ -1,0 +1,354 @@
+"""Any per-op plan as DTensor placements: one DeviceMesh, a layout per parameter and per module
+input, and a ``parallelize`` that applies them to a Hugging Face module tree.
+
+``parallelize_module``'s styles (:mod:`taps_core.export.dtensor`) hold one data-parallel size and
+one tensor split per sublayer; a TAPS plan may split every op its own way (the batch 8 ways in one
+op and 4 in the next, the FFN inside hosts and the sequence across them). DTensor itself holds any
+such layout: the mesh has one dimension per prime factor of the hosts and of the GPUs per host
+(2 x 8 GPUs: ``inter0`` 2 x ``intra0..2`` 2 x 2 x 2), so every way an op splits a level is a set
+of mesh dimensions, and each tensor's placement per mesh dimension is ``Shard(dim)`` of the
+letter assigned to it or ``Replicate()``.
+
+What the export fixes, and what it leaves to DTensor:
+
+- every parameter is distributed with its op's placements (biases and norms too);
+- every module that is one op (projections, embeddings, norms, the LM head) redistributes its
+  input to the op's layout in a forward pre-hook: where the plan changes layout between ops the
+  hook does the all-gather, reduce-scatter or all-to-all, and a partial sum (a split
+  contraction) is reduced there;
+- ops without a module of their own (attention core, activation, residual adds) take the layout
+  DTensor's sharding propagation derives from their inputs;
+- the batch and labels enter with the embedding's and the loss's layouts; the loss gathers a
+  split vocabulary (``loss_parallel`` is for one-dimensional meshes).
+
+Replicated parameters over the batch's mesh dimensions get their gradients reduced by DTensor
+(the data-parallel sync). A letter that is not the outermost of a fused dimension (the head dim
+``d`` inside ``n x d`` features) cannot be a DTensor shard: that parameter stays replicated on
+that mesh dimension and the export says so. ZeRO and recomputation are named in the notes, not
+applied (``fully_shard`` / ``checkpoint`` wrap the parallelized model).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from taps_core.export.common import GPT_FAMILIES, Export, NotExpressibleError
+from taps_core.export.grid import stage_groups
+from taps_core.export.plan_json import OpSplit, PlanView, Workload, workload_note
+
+REPLICATE = "R"
+
+
+@dataclass(frozen=True)
+class _Param:
+    """A module parameter: its attribute and, per tensor dim, the engine letters it holds
+    (outermost first; ``3`` is Q/K/V inside GPT-2's fused projection, never split)."""
+
+    attr: str
+    dims: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Module:
+    """A module that is one op: its name ({i}: layer), the op, its parameters, and the dims of
+    its first positional input (None: made inside the model, like position ids)."""
+
+    path: str
+    op: str
+    params: tuple[_Param, ...]
+    input: tuple[str, ...] | None
+
+
+def _norm(path: str, op: str, bias: bool) -> _Module:
+    params = (_Param("weight", ("m",)), *((_Param("bias", ("m",)),) if bias else ()))
+    return _Module(path, op, params, ("b", "s", "m"))
+
+
+def _linear(path: str, op: str, out: str, inp: str, bias: bool, x: tuple[str, ...]) -> _Module:
+    params = (_Param("weight", (out, inp)), *((_Param("bias", (out,)),) if bias else ()))
+    return _Module(path, op, params, x)
+
+
+_BSM, _BSF, _BSND = ("b", "s", "m"), ("b", "s", "f"), ("b", "s", "nd")
+_HEAD = _Module("lm_head", "lm_head", (_Param("weight", ("v", "m")),), _BSM)
+
+# Hugging Face module names (GPT-2 with nn.Linear projections and a head-major fused c_attn,
+# as the parallelize_module export documents; Llama / Mistral as in transformers)
+_GPT2 = (
+    _Module("transformer.wte", "embed", (_Param("weight", ("v", "m")),), ("b", "s")),
+    _Module("transformer.wpe", "embed_pos", (_Param("weight", ("p", "m")),), None),
+    _norm("transformer.h.{i}.ln_1", "L{i}.ln1", True),
+    _linear("transformer.h.{i}.attn.c_attn", "L{i}.attn.q", "n3d", "m", True, _BSM),
+    _linear("transformer.h.{i}.attn.c_proj", "L{i}.attn.o", "m", "nd", True, _BSND),
+    _norm("transformer.h.{i}.ln_2", "L{i}.ln2", True),
+    _linear("transformer.h.{i}.mlp.c_fc", "L{i}.mlp.up", "f", "m", True, _BSM),
+    _linear("transformer.h.{i}.mlp.c_proj", "L{i}.mlp.down", "m", "f", True, _BSF),
+    _norm("transformer.ln_f", "ln_f", True),
+    _HEAD,
+)
+_LLAMA = (
+    _Module("model.embed_tokens", "embed", (_Param("weight", ("v", "m")),), ("b", "s")),
+    _norm("model.layers.{i}.input_layernorm", "L{i}.ln1", False),
+    *(
+        _linear(f"model.layers.{{i}}.self_attn.{x}_proj", f"L{{i}}.attn.{x}", "nd", "m", False,
+                _BSM)
+        for x in ("q", "k", "v")
+    ),
+    _linear("model.layers.{i}.self_attn.o_proj", "L{i}.attn.o", "m", "nd", False, _BSND),
+    _norm("model.layers.{i}.post_attention_layernorm", "L{i}.ln2", False),
+    _linear("model.layers.{i}.mlp.gate_proj", "L{i}.mlp.gate", "f", "m", False, _BSM),
+    _linear("model.layers.{i}.mlp.up_proj", "L{i}.mlp.up", "f", "m", False, _BSM),
+    _linear("model.layers.{i}.mlp.down_proj", "L{i}.mlp.down", "m", "f", False, _BSF),
+    _norm("model.norm", "ln_f", False),
+    _HEAD,
+)
+MODULES = {"gpt2": _GPT2, "gpt3": _GPT2, "llama": _LLAMA, "mistral": _LLAMA}
+
+
+def prime_factors(n: int) -> list[int]:
+    """``n``'s prime factors, smallest first (1 has none)."""
+    out, p = [], 2
+    while p * p <= n:
+        while n % p == 0:
+            out.append(p)
+            n //= p
+        p += 1
+    return out + ([n] if n > 1 else [])
+
+
+def mesh_dims(nodes: int, gpus_per_node: int) -> list[tuple[str, int]]:
+    """(name, size) of each mesh dimension: the prime factors of the hosts, then of the GPUs per
+    host; ranks are node-major, so ``arange(world).reshape(sizes)`` is the mesh."""
+    inter = [(f"inter{i}", p) for i, p in enumerate(prime_factors(nodes))]
+    intra = [(f"intra{i}", p) for i, p in enumerate(prime_factors(gpus_per_node))]
+    return inter + intra
+
+
+def letter_dims(op: OpSplit, dims: list[tuple[str, int]]) -> dict[str, list[int]]:
+    """Mesh dimensions each split letter of ``op`` takes: per level, in the strategy's order,
+    dimensions of that level whose sizes multiply to the letter's ways."""
+    out: dict[str, list[int]] = {}
+    for level, split in (("inter", op.inter), ("intra", op.intra)):
+        free = [i for i, (name, _) in enumerate(dims) if name.startswith(level)]
+        for letter, ways in split.items():
+            for p in prime_factors(ways):
+                pick = next((i for i in free if dims[i][1] == p), None)
+                if pick is None:
+                    raise NotExpressibleError(
+                        f"op {op.name} splits {letter!r} {ways} ways {level}: more than the "
+                        f"{level} level's {_level_size(dims, level)} devices"
+                    )
+                free.remove(pick)
+                out.setdefault(letter, []).append(pick)
+    return out
+
+
+def _level_size(dims: list[tuple[str, int]], level: str) -> int:
+    size = 1
+    for name, n in dims:
+        if name.startswith(level):
+            size *= n
+    return size
+
+
+def placements(
+    tensor: tuple[str, ...], taken: dict[str, list[int]], ndim: int
+) -> tuple[list[str], list[str]]:
+    """(placement per mesh dimension, letters left replicated) of a tensor whose dims hold
+    ``tensor``'s letters: ``S(j)`` where the dimension's letter is the outermost of dim j."""
+    out = [REPLICATE] * ndim
+    lost = []
+    for letter, mesh in taken.items():
+        j = next((j for j, d in enumerate(tensor) if d[0] == letter), None)
+        if j is None:
+            if any(letter in d for d in tensor):
+                lost.append(letter)  # an inner letter of a fused dim: not a DTensor shard
+            continue
+        for k in mesh:
+            out[k] = f"S({j})"
+    return out, lost
+
+
+def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
+    """The per-op DTensor export of ``view`` (every stage of a pipeline on its own mesh)."""
+    if wl.family not in MODULES:
+        raise NotExpressibleError(
+            f"the per-op DTensor export knows the module trees of {', '.join(GPT_FAMILIES)}, "
+            f"not {wl.family}"
+        )
+    notes = [workload_note(wl), f"parallelize_module's styles cannot hold this plan "
+             f"({why_not_styles}): every parameter and module input is placed per op instead"]
+    stages = []
+    for stage, ops, nodes, gpn in stage_groups(view):
+        dims = mesh_dims(nodes, gpn)
+        params, inputs, lost = _place(ops, wl, dims)
+        by_name = {o.name: o for o in ops}
+        entry: dict[str, Any] = {
+            "mesh": {"dim_names": [n for n, _ in dims], "shape": [s for _, s in dims]},
+            "params": params,
+            "inputs": inputs,
+        }
+        if "embed" in by_name:
+            taken = letter_dims(by_name["embed"], dims)
+            entry["input_ids"] = placements(("b", "s"), taken, len(dims))[0]
+        if "loss" in by_name:
+            taken = letter_dims(by_name["loss"], dims)
+            entry["labels"] = placements(("b", "s"), taken, len(dims))[0]
+            entry["logits"] = placements(("b", "s", "x"), taken, len(dims))[0]  # v gathered
+            if "v" in taken:
+                notes.append("the loss gathers the vocabulary the plan splits (DTensor's "
+                             "loss_parallel takes a one-dimensional mesh)")
+        if stage is not None:
+            entry["stage"] = {"index": stage.index, "layers": [stage.first, stage.last],
+                              "nodes": nodes}
+        stages.append(entry)
+        notes += [f"{name}: {', '.join(sorted(set(letters)))} left replicated (an inner letter "
+                  "of a fused dimension is not a DTensor shard)" for name, letters in lost.items()]
+    if view.pipeline is not None:
+        notes.append(f"{len(stages)} pipeline stages: parallelize(model, mesh, stage=i) places "
+                     "stage i's layers on its own mesh of its hosts; split the model into "
+                     "stages with torch.distributed.pipelining")
+    if view.zero_stage:
+        notes.append(f"ZeRO-{view.zero_stage} is not applied by these placements: wrap the "
+                     "model with torch.distributed.fsdp.fully_shard over the batch's mesh dims")
+    if view.recomputed_layers:
+        notes.append(f"recompute layers {view.recomputed_layers} with "
+                     "torch.utils.checkpoint (activation checkpointing)")
+    data: dict[str, Any] = {
+        "format": "dtensor",
+        "style": "per-op placements",
+        "source": {"label": view.label, "model": view.model_name, "topology": view.topology,
+                   "mode": view.mode},
+        "stages": stages,
+        "micro_batches": view.pipeline.microbatches if view.pipeline else view.microbatches,
+        "notes": notes,
+    }
+    return Export("dtensor", json.dumps(data, indent=1), data, notes,
+                  python=dtensor_ops_python(data))
+
+
+def _place(
+    ops: list[OpSplit], wl: Workload, dims: list[tuple[str, int]]
+) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
+    """(placements per parameter name, per module input, letters left replicated per param)."""
+    by_name = {o.name: o for o in ops}
+    layers = sorted({o.layer for o in ops if o.layer is not None})
+    embed = "transformer.wte" if wl.family in ("gpt2", "gpt3") else "model.embed_tokens"
+    params: dict[str, list[str]] = {}
+    inputs: dict[str, list[str]] = {}
+    lost: dict[str, list[str]] = {}
+    tied = bool(wl.config.tie_word_embeddings)
+    for mod in MODULES[wl.family]:
+        for i in layers if "{i}" in mod.op else [None]:
+            op = by_name.get(mod.op.format(i=i))
+            if op is None:
+                continue
+            path = mod.path.format(i=i, embed=embed)
+            taken = letter_dims(op, dims)
+            for p in mod.params:
+                name = f"{path}.{p.attr}"
+                if tied and name == "lm_head.weight" and f"{embed}.weight" in params:
+                    continue  # one parameter: the embedding's placement holds
+                params[name], gone = placements(p.dims, taken, len(dims))
+                if gone:
+                    lost[name] = gone
+            if mod.input is not None:
+                inputs[path] = placements(mod.input, taken, len(dims))[0]
+    return params, inputs, lost
+
+
+def dtensor_ops_python(data: dict[str, Any]) -> str:
+    """The per-op export as a runnable Python module (imports torch when run)."""
+    src = data["source"]
+    stages = [{k: v for k, v in st.items() if k != "stage"} for st in data["stages"]]
+    lines = [
+        f'"""DTensor placements per op exported by TAPS Planner: plan {src["label"]!r} of '
+        f"{src['model']} on {src['topology']} ({src['mode']}).",
+        "",
+        *(f"Note: {n}" for n in data["notes"]),
+        '"""',
+        "",
+        "import torch",
+        "from torch.distributed.device_mesh import DeviceMesh",
+        "from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor",
+        "",
+        "# per pipeline stage (one entry without stages): mesh, parameter and module-input",
+        "# placements per mesh dimension ('R' replicated, 'S(j)' sharded on tensor dim j)",
+        f"STAGES = {json.dumps(stages)}",
+        "",
+        "",
+        "def _placement(code: str):",
+        '    return Replicate() if code == "R" else Shard(int(code[2:-1]))',
+        "",
+        "",
+        "def _placements(codes: list) -> list:",
+        "    return [_placement(c) for c in codes]",
+        "",
+        "",
+        'def build_mesh(device_type: str = "cuda", stage: int = 0, first_rank: int = 0):',
+        '    """The stage\'s mesh over ranks first_rank.. (after init_process_group)."""',
+        "    m = STAGES[stage][\"mesh\"]",
+        "    n = 1",
+        "    for s in m[\"shape\"]:",
+        "        n *= s",
+        "    ranks = torch.arange(first_rank, first_rank + n).reshape(m[\"shape\"])",
+        '    return DeviceMesh(device_type, ranks, mesh_dim_names=tuple(m["dim_names"]))',
+        "",
+        "",
+        "def _as_dtensor(x, mesh):",
+        "    if isinstance(x, torch.Tensor) and not isinstance(x, DTensor):",
+        "        return DTensor.from_local(x, mesh, [Replicate()] * mesh.ndim, run_check=False)",
+        "    return x",
+        "",
+        "",
+        "def parallelize(model: torch.nn.Module, mesh: DeviceMesh, stage: int = 0):",
+        '    """Place every parameter and buffer; redistribute each planned module\'s input."""',
+        "    st = STAGES[stage]",
+        "    done = {}  # a tied parameter (LM head = embedding) stays one parameter",
+        "    for mod_name, mod in model.named_modules():",
+        "        for attr, p in list(mod.named_parameters(recurse=False)):",
+        '            full = f"{mod_name}.{attr}" if mod_name else attr',
+        "            if id(p) not in done:",
+        '                codes = st["params"].get(full, ["R"] * mesh.ndim)',
+        "                dp = distribute_tensor(p.data, mesh, _placements(codes))",
+        "                done[id(p)] = (p, torch.nn.Parameter(dp, p.requires_grad))",
+        "            mod.register_parameter(attr, done[id(p)][1])  # (p kept: ids stay unique)",
+        "        for attr, b in list(mod.named_buffers(recurse=False)):",
+        "            mod.register_buffer(attr, _as_dtensor(b, mesh))",
+        "",
+        "    def wrap(mod, args, kwargs):  # plain tensors made inside the model: replicated",
+        "        return (tuple(_as_dtensor(a, mesh) for a in args),",
+        "                {k: _as_dtensor(v, mesh) for k, v in kwargs.items()})",
+        "",
+        "    for mod_name, mod in model.named_modules():",
+        "        mod.register_forward_pre_hook(wrap, with_kwargs=True)",
+        '        want = st["inputs"].get(mod_name)',
+        "        if want is not None:",
+        "            def place(mod, args, want=_placements(want)):",
+        "                x = _as_dtensor(args[0], mesh)",
+        "                return (x.redistribute(mesh, want), *args[1:])",
+        "",
+        "            mod.register_forward_pre_hook(place)",
+        "    return model",
+        "",
+        "",
+        "def shard_batch(mesh: DeviceMesh, input_ids: torch.Tensor, labels: torch.Tensor,",
+        "                stage: int = 0):",
+        '    """The whole batch (the same on every rank) as DTensors in the plan\'s layouts."""',
+        "    st = STAGES[stage]",
+        '    ids = distribute_tensor(input_ids, mesh, _placements(st["input_ids"]))',
+        '    lab = distribute_tensor(labels, mesh, _placements(st["labels"]))',
+        "    return ids, lab",
+        "",
+        "",
+        "def loss_and_backward(logits, labels, mesh: DeviceMesh, stage: int = -1):",
+        '    """Mean cross entropy of (b, s, vocab) logits and its backward; the loss value."""',
+        '    logits = logits.redistribute(mesh, _placements(STAGES[stage]["logits"]))',
+        "    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())",
+        "    loss.backward()",
+        "    return loss.full_tensor()",
+        "",
+    ]
+    return "\n".join(lines)

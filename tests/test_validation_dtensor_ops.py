@@ -1,0 +1,30 @@
+"""TAPS's own plans exported as per-op DTensor placements and executed on 4 local gloo ranks:
+same loss and gradients as one process (:mod:`validation.dtensor_ops_run`). About 20 s."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # plain `pytest` does not put the repository root on sys.path
+    sys.path.insert(0, str(REPO))
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                reason="needs torch (requirements-dev.txt)")
+
+
+def test_taps_plans_run_as_dtensor_with_the_loss_and_gradients_of_one_process():
+    from validation.dtensor_ops_run import cases, run
+
+    todo = cases()
+    assert {c.label for c in todo} >= {"taps", "ways-per-op", "head-dim", "sequence-across"}
+    checks = run(todo)
+    assert [c.label for c in checks] == [c.label for c in todo]
+    for c in checks:
+        assert c.style == "per-op placements"
+        assert c.ok, f"{c.label}: {c.max_abs_err:.2e} on {c.worst_param}"
+        assert abs(c.loss - c.ref_loss) <= 1e-5 * abs(c.ref_loss)

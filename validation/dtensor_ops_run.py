@@ -1,0 +1,201 @@
+"""TAPS's own plans exported as per-op DTensor placements and run: same loss and gradients as
+one process.
+
+``python -m validation.dtensor_ops_run`` plans the small GPT-2 of :mod:`validation.dtensor_model`
+on 2 nodes x 2 ranks with the engine (TAPS, the topology cost model), adds hand-made plans of
+the engine's space that ``parallelize_module`` cannot hold (a different batch split per op, the
+sequence split across nodes, a split contraction handing on partial sums, the head dim split
+inside a fused projection), exports each with :func:`taps_core.export.dtensor_ops.to_dtensor_ops`
+and executes the exported snippet as it is on 4 gloo ranks of this machine
+(torch.multiprocessing, 127.0.0.1: DTensor's collectives, no emulated network needed):
+``build_mesh("cpu")``, ``parallelize(model, mesh)``, ``shard_batch``, ``loss_and_backward``.
+Every rank's loss and full gradients are compared with one process on the whole batch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from validation.dtensor_config import TinyGPTConfig
+from validation.dtensor_run import LEVELS, RTOL, Case, variant
+
+ATOL = 1e-5
+NODES, RANKS_PER_NODE = 2, 2
+
+
+@dataclass(frozen=True)
+class OpsCheck:
+    """One exported plan run on the ranks against the single-process reference."""
+
+    label: str
+    style: str  # the export's style ("per-op placements" or parallelize_module's)
+    loss: float
+    ref_loss: float
+    max_abs_err: float
+    worst_param: str
+    ok: bool
+
+
+def taps_case(model: TinyGPTConfig) -> Case:
+    """TAPS's plan (the engine's default search) of ``model`` on the 2 x 2 cluster."""
+    from taps_core.models import build_graph, config_from_dict
+    from taps_core.plan.report import plan_to_json
+    from taps_core.search.planner import search
+    from validation.calibrate import build_topology
+
+    topo = build_topology(NODES, RANKS_PER_NODE, LEVELS)
+    graph = build_graph(config_from_dict(model.engine_config(), name="tiny-gpt2"))
+    return Case("taps", model, plan_to_json(search(graph, topo)))
+
+
+def _ways_per_op(name: str) -> tuple[dict, bool]:
+    """The batch 2 ways inside nodes for attention, the sequence for norms and adds, the FFN
+    for the MLP with its down projection handing on partial sums, the vocabulary at the ends."""
+    tail = name.split(".", 1)[1] if name.startswith("L") else name
+    if tail.startswith("attn."):
+        return {"b": 2}, False
+    if tail.startswith("mlp."):
+        return {"f": 2}, tail == "mlp.down"
+    if tail in ("embed", "lm_head"):
+        return {"v": 2}, tail == "embed"
+    return {"s": 2}, False
+
+
+def _head_dim(name: str) -> tuple[dict, bool]:
+    """Attention split on the head dim (inside the fused projection), the rest on heads / FFN
+    with the contraction of the MLP's down projection split."""
+    tail = name.split(".", 1)[1] if name.startswith("L") else name
+    if tail.startswith("attn."):
+        return {"d": 2}, tail == "attn.o"
+    if tail.startswith("mlp."):
+        return {"f": 2}, False
+    return {"b": 2}, False
+
+
+def cases() -> list[Case]:
+    """TAPS's plan on the tied and the untied model, plus two hand-made per-op plans."""
+    tied = TinyGPTConfig(attn_implementation="eager")
+    untied = replace(tied, tie_word_embeddings=False)
+    base, base_untied = taps_case(tied), replace(taps_case(untied), label="taps-untied")
+    seq_across = {**variant(base.plan, "sequence-across", lambda n: ({}, False)), "ops": [
+        {**op, "strategy": {"inter": {"s": 2} if op["name"] not in ("embed", "lm_head", "loss")
+                            else {"b": 2}, "intra": {"b": 2}}} for op in base.plan["ops"]]}
+    return [
+        base,
+        base_untied,
+        Case("ways-per-op", tied, variant(base.plan, "ways-per-op", _ways_per_op)),
+        Case("head-dim", untied, variant(base_untied.plan, "head-dim", _head_dim)),
+        Case("sequence-across", tied, seq_across),
+    ]
+
+
+def export_ops(case: Case) -> tuple[str, dict[str, Any]]:
+    """The per-op export (snippet, data) of ``case``, whatever parallelize_module could hold."""
+    from taps_core.export.dtensor_ops import to_dtensor_ops
+    from taps_core.export.plan_json import read_plan, resolve_workload
+
+    with tempfile.TemporaryDirectory(prefix="taps-dtensor-ops-") as tmp:
+        cfg_path = Path(tmp) / "tiny-gpt2.json"
+        cfg_path.write_text(json.dumps(case.model.engine_config()))
+        view = read_plan(case.plan)
+        out = to_dtensor_ops(view, resolve_workload(view, model=str(cfg_path)), "asked for")
+    assert out.python is not None
+    return out.python, out.data
+
+
+# ---- rank side ----------------------------------------------------------------------------------
+
+
+def _rank(rank: int, world: int, port: int, jobs: list[dict[str, Any]], out_dir: str) -> None:
+    """One rank: every exported snippet, one training step each; loss and gradients saved."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    from validation.dtensor_model import batch, build
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    try:
+        for job in jobs:
+            cfg = TinyGPTConfig(**job["model"])
+            ns: dict[str, Any] = {}
+            exec(compile(job["python"], f"<dtensor export {job['label']}>", "exec"), ns)
+            mesh = ns["build_mesh"]("cpu")
+            model = ns["parallelize"](build(cfg, 0), mesh)
+            ids, labels = ns["shard_batch"](mesh, *batch(cfg, 0))
+            loss = ns["loss_and_backward"](model.logits(ids), labels, mesh)
+            grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad)
+                     for n, p in model.named_parameters()}
+            torch.save({"loss": float(loss), "grads": grads},
+                       Path(out_dir) / f"{job['label']}-rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run(selected: list[Case] | None = None) -> list[OpsCheck]:
+    """Export and run every case on 4 local gloo ranks; compare with one process."""
+    import torch
+    import torch.multiprocessing as mp
+
+    from validation.dtensor_model import batch, build
+
+    todo = selected if selected is not None else cases()
+    exported = {c.label: export_ops(c) for c in todo}
+    jobs = [{"label": c.label, "model": c.model.as_dict(), "python": exported[c.label][0]}
+            for c in todo]
+    world = NODES * RANKS_PER_NODE
+    checks = []
+    with tempfile.TemporaryDirectory(prefix="taps-dtensor-ops-") as out_dir:
+        mp.start_processes(_rank, args=(world, _free_port(), jobs, out_dir), nprocs=world,
+                           join=True, start_method="spawn")
+        for c in todo:
+            ref = build(c.model, 0)
+            ids, labels = batch(c.model, 0)
+            logits = ref.logits(ids)
+            ref_loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
+            ref_loss.backward()
+            want = {n: p.grad for n, p in ref.named_parameters()}
+            worst, err, loss = "", 0.0, float("nan")
+            for r in range(world):
+                got = torch.load(Path(out_dir) / f"{c.label}-rank{r}.pt")
+                loss = got["loss"]
+                err_loss = abs(loss - float(ref_loss))
+                if err_loss > err:
+                    worst, err = "loss", err_loss
+                for n, g in got["grads"].items():
+                    e = float((g - want[n]).abs().max())
+                    if e > err:
+                        worst, err = n, e
+            scale = max(float(g.abs().max()) for g in want.values())
+            checks.append(OpsCheck(c.label, exported[c.label][1]["style"], loss, float(ref_loss),
+                                   err, worst, err <= ATOL + RTOL * scale))
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m validation.dtensor_ops_run",
+                                 description=__doc__.split("\n\n")[0])
+    ap.parse_args(argv)
+    checks = run()
+    for c in checks:
+        print(f"{c.label:16} loss {c.loss:.6f} (one process {c.ref_loss:.6f}), max gradient "
+              f"error {c.max_abs_err:.2e} ({c.worst_param}): {'ok' if c.ok else 'MISMATCH'}")
+    return 0 if all(c.ok for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
