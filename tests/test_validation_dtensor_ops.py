@@ -1,5 +1,6 @@
 """TAPS's own plans exported as per-op DTensor placements and executed on 4 local gloo ranks:
-same loss and gradients as one process (:mod:`validation.dtensor_ops_run`). About 20 s."""
+same loss and gradients as one process (:mod:`validation.dtensor_ops_run`): our small GPT-2 and
+Hugging Face's LlamaForCausalLM. About 25 s."""
 
 from __future__ import annotations
 
@@ -18,13 +19,19 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
 
 
 def test_taps_plans_run_as_dtensor_with_the_loss_and_gradients_of_one_process():
-    from validation.dtensor_ops_run import cases, run
+    from validation.dtensor_ops_run import cases, has_transformers, run
 
     todo = cases()
-    assert {c.label for c in todo} >= {"taps", "ways-per-op", "head-dim", "sequence-across"}
+    want = {"gpt2-taps", "gpt2-ways-per-op", "gpt2-head-dim", "gpt2-sequence-across"}
+    if has_transformers():  # Hugging Face's own LlamaForCausalLM (requirements-dev.txt)
+        want |= {"llama-taps", "llama-megatron-sp"}
+    assert {c.label for c in todo} == want
     checks = run(todo)
     assert [c.label for c in checks] == [c.label for c in todo]
     for c in checks:
         assert c.style == "per-op placements"
+        if c.label.endswith("-taps"):  # TAPS's own plan splits the small models for real
+            plan = next(x.plan for x in todo if x.label == c.label)
+            assert any(op["strategy"].get("inter") for op in plan["ops"]), c.label
         assert c.ok, f"{c.label}: {c.max_abs_err:.2e} on {c.worst_param}"
         assert abs(c.loss - c.ref_loss) <= 1e-5 * abs(c.ref_loss)

@@ -39,3 +39,35 @@ class TinyGPTConfig:
             "batch_size": self.batch_size, "dtype": "float32",
             "tie_word_embeddings": self.tie_word_embeddings,
         }
+
+
+@dataclass(frozen=True)
+class TinyLlamaConfig:
+    """A small Llama (Hugging Face ``LlamaForCausalLM``, grouped-query attention) and one batch."""
+
+    vocab_size: int = 128
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    batch_size: int = 4
+    seq_length: int = 16
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def hf_kwargs(self) -> dict[str, object]:
+        """``transformers.LlamaConfig`` arguments: eager attention (DTensor has no CPU rule for
+        the fused kernel), no KV cache, an untied LM head."""
+        keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads")
+        return {**{k: getattr(self, k) for k in keys}, "max_position_embeddings": 64,
+                "tie_word_embeddings": False, "attn_implementation": "eager", "use_cache": False}
+
+    def engine_config(self) -> dict[str, object]:
+        """The same model in the engine's config vocabulary (float32)."""
+        return {"model_type": "llama", **{k: v for k, v in self.hf_kwargs().items()
+                                          if k not in ("attn_implementation", "use_cache")},
+                "seq_length": self.seq_length, "batch_size": self.batch_size,
+                "dtype": "float32"}

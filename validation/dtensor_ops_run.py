@@ -2,14 +2,17 @@
 one process.
 
 ``python -m validation.dtensor_ops_run`` plans the small GPT-2 of :mod:`validation.dtensor_model`
-on 2 nodes x 2 ranks with the engine (TAPS, the topology cost model), adds hand-made plans of
+and a small Hugging Face ``LlamaForCausalLM`` (transformers, grouped-query attention, rotary
+positions) on 2 nodes x 2 ranks with DGX-like links with the engine (TAPS, the topology cost
+model: hidden and FFN splits across nodes, partial sums, heads inside), adds hand-made plans of
 the engine's space that ``parallelize_module`` cannot hold (a different batch split per op, the
-sequence split across nodes, a split contraction handing on partial sums, the head dim split
-inside a fused projection), exports each with :func:`taps_core.export.dtensor_ops.to_dtensor_ops`
+sequence split across nodes, the head dim split inside a fused projection, Megatron's sequence
+parallelism on Llama), exports each with :func:`taps_core.export.dtensor_ops.to_dtensor_ops`
 and executes the exported snippet as it is on 4 gloo ranks of this machine
 (torch.multiprocessing, 127.0.0.1: DTensor's collectives, no emulated network needed):
 ``build_mesh("cpu")``, ``parallelize(model, mesh)``, ``shard_batch``, ``loss_and_backward``.
-Every rank's loss and full gradients are compared with one process on the whole batch.
+Every rank's loss and full gradients are compared with one process on the whole batch. The
+Llama cases need transformers and are left out without it.
 """
 
 from __future__ import annotations
@@ -23,11 +26,30 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from validation.dtensor_config import TinyGPTConfig
-from validation.dtensor_run import LEVELS, RTOL, Case, variant
+from validation.dtensor_config import TinyGPTConfig, TinyLlamaConfig
+from validation.dtensor_run import RTOL, variant
 
 ATOL = 1e-5
 NODES, RANKS_PER_NODE = 2, 2
+# DGX-like links (NVLink inside, InfiniBand across): TAPS then splits the small models richly
+FAST = {
+    "intra": {"alpha_s": 1e-6, "bandwidth_Bps": 3e11},
+    "inter": {"alpha_s": 5e-6, "bandwidth_Bps": 2.5e10},
+}
+Model = TinyGPTConfig | TinyLlamaConfig
+
+
+@dataclass(frozen=True)
+class Case:
+    """One plan to run: the model it was made for and its plan JSON."""
+
+    label: str
+    model: Model
+    plan: dict[str, Any]
+
+    @property
+    def family(self) -> str:
+        return "llama" if isinstance(self.model, TinyLlamaConfig) else "gpt2"
 
 
 @dataclass(frozen=True)
@@ -43,16 +65,16 @@ class OpsCheck:
     ok: bool
 
 
-def taps_case(model: TinyGPTConfig) -> Case:
+def taps_case(label: str, model: Model) -> Case:
     """TAPS's plan (the engine's default search) of ``model`` on the 2 x 2 cluster."""
     from taps_core.models import build_graph, config_from_dict
     from taps_core.plan.report import plan_to_json
     from taps_core.search.planner import search
     from validation.calibrate import build_topology
 
-    topo = build_topology(NODES, RANKS_PER_NODE, LEVELS)
-    graph = build_graph(config_from_dict(model.engine_config(), name="tiny-gpt2"))
-    return Case("taps", model, plan_to_json(search(graph, topo)))
+    topo = build_topology(NODES, RANKS_PER_NODE, FAST)
+    graph = build_graph(config_from_dict(model.engine_config(), name=f"tiny-{label}"))
+    return Case(label, model, plan_to_json(search(graph, topo)))
 
 
 def _ways_per_op(name: str) -> tuple[dict, bool]:
@@ -79,21 +101,44 @@ def _head_dim(name: str) -> tuple[dict, bool]:
     return {"b": 2}, False
 
 
+def _megatron_sp(name: str) -> tuple[dict, bool]:
+    """Megatron-LM with sequence parallelism: heads / FFN / vocabulary inside nodes, norms and
+    residual adds on half the sequence, row-parallel ops and the embedding reduce-scattering."""
+    tail = name.split(".", 1)[1] if name.startswith("L") else name
+    if tail.startswith("attn."):
+        return {"n": 2}, tail == "attn.o"
+    if tail.startswith("mlp."):
+        return {"f": 2}, tail == "mlp.down"
+    if tail in ("embed", "lm_head", "loss"):
+        return {"v": 2}, tail == "embed"
+    return {"s": 2}, False
+
+
+def has_transformers() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("transformers") is not None
+
+
 def cases() -> list[Case]:
-    """TAPS's plan on the tied and the untied model, plus two hand-made per-op plans."""
+    """TAPS's plans of the small GPT-2 and Llama, plus hand-made per-op plans of each."""
     tied = TinyGPTConfig(attn_implementation="eager")
     untied = replace(tied, tie_word_embeddings=False)
-    base, base_untied = taps_case(tied), replace(taps_case(untied), label="taps-untied")
-    seq_across = {**variant(base.plan, "sequence-across", lambda n: ({}, False)), "ops": [
+    base, base_untied = taps_case("gpt2-taps", tied), taps_case("gpt2-untied", untied)
+    seq_across = {**base.plan, "label": "sequence-across", "ops": [
         {**op, "strategy": {"inter": {"s": 2} if op["name"] not in ("embed", "lm_head", "loss")
                             else {"b": 2}, "intra": {"b": 2}}} for op in base.plan["ops"]]}
-    return [
+    out = [
         base,
-        base_untied,
-        Case("ways-per-op", tied, variant(base.plan, "ways-per-op", _ways_per_op)),
-        Case("head-dim", untied, variant(base_untied.plan, "head-dim", _head_dim)),
-        Case("sequence-across", tied, seq_across),
+        Case("gpt2-ways-per-op", tied, variant(base.plan, "ways-per-op", _ways_per_op)),
+        Case("gpt2-head-dim", untied, variant(base_untied.plan, "head-dim", _head_dim)),
+        Case("gpt2-sequence-across", tied, seq_across),
     ]
+    if has_transformers():
+        llama = taps_case("llama-taps", TinyLlamaConfig())
+        out += [llama, Case("llama-megatron-sp", llama.model,
+                            variant(llama.plan, "megatron-sp", _megatron_sp))]
+    return out
 
 
 def export_ops(case: Case) -> tuple[str, dict[str, Any]]:
@@ -102,7 +147,7 @@ def export_ops(case: Case) -> tuple[str, dict[str, Any]]:
     from taps_core.export.plan_json import read_plan, resolve_workload
 
     with tempfile.TemporaryDirectory(prefix="taps-dtensor-ops-") as tmp:
-        cfg_path = Path(tmp) / "tiny-gpt2.json"
+        cfg_path = Path(tmp) / f"tiny-{case.family}.json"
         cfg_path.write_text(json.dumps(case.model.engine_config()))
         view = read_plan(case.plan)
         out = to_dtensor_ops(view, resolve_workload(view, model=str(cfg_path)), "asked for")
@@ -119,25 +164,46 @@ def _rank(rank: int, world: int, port: int, jobs: list[dict[str, Any]], out_dir:
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
-    from validation.dtensor_model import batch, build
+    from validation.dtensor_model import batch
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     try:
         for job in jobs:
-            cfg = TinyGPTConfig(**job["model"])
+            cfg, model = build_model(job["family"], job["model"])
             ns: dict[str, Any] = {}
             exec(compile(job["python"], f"<dtensor export {job['label']}>", "exec"), ns)
             mesh = ns["build_mesh"]("cpu")
-            model = ns["parallelize"](build(cfg, 0), mesh)
+            model = ns["parallelize"](model, mesh)
             ids, labels = ns["shard_batch"](mesh, *batch(cfg, 0))
-            loss = ns["loss_and_backward"](model.logits(ids), labels, mesh)
+            loss = ns["loss_and_backward"](logits_of(model, ids), labels, mesh)
             grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad)
                      for n, p in model.named_parameters()}
-            torch.save({"loss": float(loss), "grads": grads},
+            torch.save({"loss": float(loss.detach()), "grads": grads},
                        Path(out_dir) / f"{job['label']}-rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+
+
+def build_model(family: str, fields: dict[str, Any]) -> tuple[Model, Any]:
+    """(config, model with seeded weights): our GPT-2 or Hugging Face's LlamaForCausalLM."""
+    import torch
+
+    if family == "gpt2":
+        from validation.dtensor_model import build
+
+        cfg = TinyGPTConfig(**fields)
+        return cfg, build(cfg, 0)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    llama = TinyLlamaConfig(**fields)
+    torch.manual_seed(0)
+    return llama, LlamaForCausalLM(LlamaConfig(**llama.hf_kwargs()))
+
+
+def logits_of(model: Any, ids: Any) -> Any:
+    """(b, s, vocab) logits of either model."""
+    return model.logits(ids) if hasattr(model, "transformer") else model(input_ids=ids).logits
 
 
 def _free_port() -> int:
@@ -151,27 +217,28 @@ def run(selected: list[Case] | None = None) -> list[OpsCheck]:
     import torch
     import torch.multiprocessing as mp
 
-    from validation.dtensor_model import batch, build
+    from validation.dtensor_model import batch
 
     todo = selected if selected is not None else cases()
     exported = {c.label: export_ops(c) for c in todo}
-    jobs = [{"label": c.label, "model": c.model.as_dict(), "python": exported[c.label][0]}
-            for c in todo]
+    jobs = [{"label": c.label, "family": c.family, "model": c.model.as_dict(),
+             "python": exported[c.label][0]} for c in todo]
     world = NODES * RANKS_PER_NODE
     checks = []
     with tempfile.TemporaryDirectory(prefix="taps-dtensor-ops-") as out_dir:
         mp.start_processes(_rank, args=(world, _free_port(), jobs, out_dir), nprocs=world,
                            join=True, start_method="spawn")
         for c in todo:
-            ref = build(c.model, 0)
+            _, ref = build_model(c.family, c.model.as_dict())
             ids, labels = batch(c.model, 0)
-            logits = ref.logits(ids)
+            logits = logits_of(ref, ids)
             ref_loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
             ref_loss.backward()
+            ref_loss = ref_loss.detach()
             want = {n: p.grad for n, p in ref.named_parameters()}
             worst, err, loss = "", 0.0, float("nan")
             for r in range(world):
-                got = torch.load(Path(out_dir) / f"{c.label}-rank{r}.pt")
+                got = torch.load(Path(out_dir) / f"{c.label}-rank{r}.pt", weights_only=True)
                 loss = got["loss"]
                 err_loss = abs(loss - float(ref_loss))
                 if err_loss > err:
@@ -192,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.parse_args(argv)
     checks = run()
     for c in checks:
-        print(f"{c.label:16} loss {c.loss:.6f} (one process {c.ref_loss:.6f}), max gradient "
+        print(f"{c.label:22} loss {c.loss:.6f} (one process {c.ref_loss:.6f}), max gradient "
               f"error {c.max_abs_err:.2e} ({c.worst_param}): {'ok' if c.ok else 'MISMATCH'}")
     return 0 if all(c.ok for c in checks) else 1
 

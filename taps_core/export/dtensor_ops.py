@@ -166,6 +166,11 @@ def placements(
             if any(letter in d for d in tensor):
                 lost.append(letter)  # an inner letter of a fused dim: not a DTensor shard
             continue
+        if len(tensor[j]) > 1 and len(mesh) > 1:
+            # a fused dim (heads x head dim) sharded twice is a strided shard that DTensor
+            # cannot view into heads: shard it on the first mesh dim only
+            lost.append(letter)
+            mesh = mesh[:1]
         for k in mesh:
             out[k] = f"S({j})"
     return out, lost
@@ -183,12 +188,13 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
     stages = []
     for stage, ops, nodes, gpn in stage_groups(view):
         dims = mesh_dims(nodes, gpn)
-        params, inputs, lost = _place(ops, wl, dims)
+        params, inputs, outputs, lost = _place(ops, wl, dims)
         by_name = {o.name: o for o in ops}
         entry: dict[str, Any] = {
             "mesh": {"dim_names": [n for n, _ in dims], "shape": [s for _, s in dims]},
             "params": params,
             "inputs": inputs,
+            "outputs": outputs,
         }
         if "embed" in by_name:
             taken = letter_dims(by_name["embed"], dims)
@@ -204,8 +210,10 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
             entry["stage"] = {"index": stage.index, "layers": [stage.first, stage.last],
                               "nodes": nodes}
         stages.append(entry)
-        notes += [f"{name}: {', '.join(sorted(set(letters)))} left replicated (an inner letter "
-                  "of a fused dimension is not a DTensor shard)" for name, letters in lost.items()]
+        notes += [f"{name}: {', '.join(sorted(set(letters)))} left replicated on some mesh "
+                  "dims (an inner letter of a fused dimension, or a fused dimension split over "
+                  "two mesh dims, is not a DTensor shard that views into heads)"
+                  for name, letters in lost.items()]
     if view.pipeline is not None:
         notes.append(f"{len(stages)} pipeline stages: parallelize(model, mesh, stage=i) places "
                      "stage i's layers on its own mesh of its hosts; split the model into "
@@ -231,15 +239,19 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
 
 def _place(
     ops: list[OpSplit], wl: Workload, dims: list[tuple[str, int]]
-) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]]]:
-    """(placements per parameter name, per module input, letters left replicated per param)."""
+) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]],
+           dict[str, list[str]]]:
+    """(placements per parameter name, per module input, per module output that hands on a
+    partial sum, letters left replicated per parameter)."""
     by_name = {o.name: o for o in ops}
     layers = sorted({o.layer for o in ops if o.layer is not None})
     embed = "transformer.wte" if wl.family in ("gpt2", "gpt3") else "model.embed_tokens"
     params: dict[str, list[str]] = {}
     inputs: dict[str, list[str]] = {}
+    outputs: dict[str, list[str]] = {}
     lost: dict[str, list[str]] = {}
     tied = bool(wl.config.tie_word_embeddings)
+    readers = _residual_readers(wl)
     for mod in MODULES[wl.family]:
         for i in layers if "{i}" in mod.op else [None]:
             op = by_name.get(mod.op.format(i=i))
@@ -256,7 +268,26 @@ def _place(
                     lost[name] = gone
             if mod.input is not None:
                 inputs[path] = placements(mod.input, taken, len(dims))[0]
-    return params, inputs, lost
+            reader = by_name.get(readers.get(op.name, ""))
+            if op.partial and reader is not None:  # partial sums reduced into the reader's split
+                outputs[path] = placements(_BSM, letter_dims(reader, dims), len(dims))[0]
+    return params, inputs, outputs, lost
+
+
+def _residual_readers(wl: Workload) -> dict[str, str]:
+    """op -> the op that reads its output (the residual add where there is one): where a
+    partial sum is reduced to."""
+    from taps_core.models import build_graph
+
+    graph = build_graph(wl.config)
+    ops = graph.op_by_name
+    out: dict[str, str] = {}
+    for op in graph.ops:
+        readers = graph.consumers.get(op.output, ())
+        adds = [r for r in readers if ops[r].kind == "elementwise"]
+        if readers:
+            out[op.name] = (adds or list(readers))[0]
+    return out
 
 
 def dtensor_ops_python(data: dict[str, Any]) -> str:
@@ -331,6 +362,12 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
         "                return (x.redistribute(mesh, want), *args[1:])",
         "",
         "            mod.register_forward_pre_hook(place)",
+        '        done_as = st["outputs"].get(mod_name)',
+        "        if done_as is not None:  # partial sums reduced into the next op's split",
+        "            def reduce(mod, args, out, want=_placements(done_as)):",
+        "                return out.redistribute(mesh, want)",
+        "",
+        "            mod.register_forward_hook(reduce)",
         "    return model",
         "",
         "",
