@@ -267,7 +267,7 @@ def test_pipeline_in_deepspeed_and_dtensor() -> None:
     assert "transformer.h.5.attn.c_attn.weight" in first["params"]
     assert "transformer.h.6.attn.c_attn.weight" in second["params"]
     assert "transformer.h.6.attn.c_attn.weight" not in first["params"]
-    assert first["mesh"]["shape"] == [2, 2]  # 1 host x 4 GPUs
+    assert first["mesh"]["shape"] == [4]  # 1 host x 4 GPUs, heads 4 ways on one dim
 
 
 # ---------------------------------------------------------------- DeepSpeed
@@ -321,16 +321,25 @@ def test_dtensor_megatron_sp_plan_for_gpt2() -> None:
 
 
 def test_dtensor_llama_names() -> None:
-    p = export_plan(make_plan("llama3-8b", 1, 8, megatron_rule(8, 1, sp=True)),
-                    "dtensor").data["tp_plan"]
+    p = export_plan(make_plan("llama3-8b", 1, 8, megatron_rule(8, 1)), "dtensor").data["tp_plan"]
     for name in ("q_proj", "k_proj", "v_proj"):
         assert p[f"model.layers.7.self_attn.{name}"] == {"style": "ColwiseParallel"}
     assert p["model.layers.7.self_attn.o_proj"]["style"] == "RowwiseParallel"
     assert p["model.layers.0.mlp.gate_proj"] == p["model.layers.0.mlp.up_proj"]
     assert p["model.layers.0.mlp.down_proj"]["style"] == "RowwiseParallel"
-    assert p["model.layers.0.input_layernorm"] == {"style": "SequenceParallel"}
-    assert p["model.layers.0.self_attn"]["input_kwarg_layouts"] == {"hidden_states": "Shard(1)"}
     assert p["model.embed_tokens"]["style"] == "RowwiseParallel"
+
+
+def test_dtensor_llama_sequence_parallel_is_placed_per_op() -> None:
+    """HF Llama derives rotary positions and its mask from the sequence it is handed: the
+    SequenceParallel style breaks it, so sequence-split norms are placed per op instead."""
+    out = export_plan(make_plan("llama3-8b", 1, 8, megatron_rule(8, 1, sp=True)), "dtensor")
+    assert out.data["style"] == "per-op placements"
+    assert any("rotary positions and the causal mask" in n for n in out.notes)
+    st = out.data["stages"][0]
+    assert st["mesh"]["shape"] == [8]  # heads 8 ways on one mesh dim: they view into heads
+    assert st["inputs"]["model.layers.0.input_layernorm"] == ["S(1)"]
+    assert st["params"]["model.layers.0.self_attn.q_proj.weight"] == ["S(0)"]
 
 
 def test_dtensor_split_tie_in_training_is_placed_per_op() -> None:
@@ -354,7 +363,7 @@ def test_dtensor_per_op_placements_follow_each_op() -> None:
     from taps_core.export.dtensor_ops import mesh_dims, placements, prime_factors
 
     assert prime_factors(12) == [2, 2, 3] and prime_factors(1) == []
-    assert [s for _, s in mesh_dims(6, 4)] == [2, 3, 2, 2]
+    assert [s for _, s in mesh_dims(6, 4)] == [2, 3, 2, 2]  # no ops: prime factors
 
     def rule(n: str) -> tuple[dict, dict, bool]:
         if n == "embed":
@@ -365,13 +374,13 @@ def test_dtensor_per_op_placements_follow_each_op() -> None:
 
     out = export_plan(make_plan("gpt2", 2, 8, rule), "dtensor")
     st = out.data["stages"][0]
-    assert st["mesh"] == {"dim_names": ["inter0", "intra0", "intra1", "intra2"],
-                          "shape": [2, 2, 2, 2]}
-    assert st["params"]["transformer.wte.weight"] == ["R", "R", "S(0)", "S(0)"]
-    assert st["input_ids"] == ["S(0)", "S(0)", "R", "R"]
-    assert st["inputs"]["transformer.h.0.mlp.c_fc"] == ["S(0)", "S(0)", "S(0)", "S(0)"]
+    # the attention's split (b 2 x d 4) gives the GPU level's dims; every other op fits them
+    assert st["mesh"] == {"dim_names": ["inter0", "intra0", "intra1"], "shape": [2, 2, 4]}
+    assert st["params"]["transformer.wte.weight"] == ["R", "R", "S(0)"]
+    assert st["input_ids"] == ["S(0)", "S(0)", "R"]
+    assert st["inputs"]["transformer.h.0.mlp.c_fc"] == ["S(0)", "S(0)", "S(0)"]
     # the head dim is inside the fused features: the projection stays replicated there
-    assert st["params"]["transformer.h.0.attn.c_attn.weight"] == ["R"] * 4
+    assert st["params"]["transformer.h.0.attn.c_attn.weight"] == ["R"] * 3
     assert any("c_attn.weight: d left replicated on some mesh dims" in n for n in out.notes)
     assert placements(("b", "s", "nd"), {"n": [1], "b": [0]}, 2) == (["S(0)", "S(2)"], [])
     assert placements(("m", "nd"), {"d": [1]}, 2) == (["R", "R"], ["d"])

@@ -139,6 +139,12 @@ def to_dtensor_styles(view: PlanView, wl: Workload) -> Export:
     else:
         check_family(wl, fw, (*GPT_FAMILIES,))
         plan = _dtensor_decoder(ops, g, HF_NAMES[wl.family], wl, fw, view.mode)
+        split_seq = any(st["style"] == "SequenceParallel" for st in plan.styles.values())
+        if split_seq and wl.family in ("llama", "mistral"):
+            raise NotExpressibleError(
+                f"{fw}'s SequenceParallel hands Hugging Face {wl.family} a local sequence, from "
+                "which it derives rotary positions and the causal mask"
+            )
     k, micro = per_replica_micro(view, wl, g.dp)
     names = {o.name for o in ops}
     tied = wl.family != "mlp" and wl.config.tie_word_embeddings and {"embed", "lm_head"} <= names

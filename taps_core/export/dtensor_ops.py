@@ -30,7 +30,9 @@ applied (``fully_shard`` / ``checkpoint`` wrap the parallelized model).
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,30 +120,76 @@ def prime_factors(n: int) -> list[int]:
     return out + ([n] if n > 1 else [])
 
 
-def mesh_dims(nodes: int, gpus_per_node: int) -> list[tuple[str, int]]:
-    """(name, size) of each mesh dimension: the prime factors of the hosts, then of the GPUs per
-    host; ranks are node-major, so ``arange(world).reshape(sizes)`` is the mesh."""
-    inter = [(f"inter{i}", p) for i, p in enumerate(prime_factors(nodes))]
-    intra = [(f"intra{i}", p) for i, p in enumerate(prime_factors(gpus_per_node))]
-    return inter + intra
+def mesh_dims(
+    nodes: int, gpus_per_node: int, ops: list[OpSplit] | tuple[OpSplit, ...] = ()
+) -> list[tuple[str, int]]:
+    """(name, size) of each mesh dimension: per level (hosts, then GPUs per host), the ways of
+    the attention's split letters, one dimension each, when every op's splits of that level are
+    products of those dimensions (a head split on one dimension views into heads); else the
+    level's prime factors. Ranks are node-major: ``arange(world).reshape(sizes)``."""
+    out: list[tuple[str, int]] = []
+    for level, size in (("inter", nodes), ("intra", gpus_per_node)):
+        sizes = prime_factors(size)
+        for cand in _attention_factors(ops, level, size):
+            if all(_assign(list(range(len(cand))), cand, split) is not None
+                   for split in (getattr(o, level) for o in ops)):
+                sizes = cand
+                break
+        out += [(f"{level}{i}", n) for i, n in enumerate(sizes)]
+    return out
+
+
+def _attention_factors(ops: list[OpSplit] | tuple[OpSplit, ...], level: str,
+                       size: int) -> list[list[int]]:
+    """Candidate dimension sizes of one level: each attention projection's ways per letter,
+    the rest of the level as one more dimension."""
+    found = []
+    for o in ops:
+        if ".attn." not in o.name:
+            continue
+        ways = [w for w in getattr(o, level).values() if w > 1]
+        used = math.prod(ways)
+        cand = ways + ([size // used] if size // used > 1 else [])
+        if cand and cand not in found and size % used == 0:
+            found.append(cand)
+    return found
+
+
+def _assign(
+    free: list[int], sizes: list[int], split: dict[str, int]
+) -> dict[str, list[int]] | None:
+    """Dimensions (indices into ``sizes``, taken from ``free``) whose sizes multiply to each
+    letter's ways, in the split's order; None when some letter finds none."""
+    left = list(free)
+    out: dict[str, list[int]] = {}
+    for letter, ways in split.items():
+        if ways == 1:
+            continue
+        pick = next((c for k in range(1, len(left) + 1)
+                     for c in itertools.combinations(left, k)
+                     if math.prod(sizes[i] for i in c) == ways), None)
+        if pick is None:
+            return None
+        out[letter] = list(pick)
+        left = [i for i in left if i not in pick]
+    return out
 
 
 def letter_dims(op: OpSplit, dims: list[tuple[str, int]]) -> dict[str, list[int]]:
     """Mesh dimensions each split letter of ``op`` takes: per level, in the strategy's order,
     dimensions of that level whose sizes multiply to the letter's ways."""
     out: dict[str, list[int]] = {}
+    sizes = [n for _, n in dims]
     for level, split in (("inter", op.inter), ("intra", op.intra)):
         free = [i for i, (name, _) in enumerate(dims) if name.startswith(level)]
-        for letter, ways in split.items():
-            for p in prime_factors(ways):
-                pick = next((i for i in free if dims[i][1] == p), None)
-                if pick is None:
-                    raise NotExpressibleError(
-                        f"op {op.name} splits {letter!r} {ways} ways {level}: more than the "
-                        f"{level} level's {_level_size(dims, level)} devices"
-                    )
-                free.remove(pick)
-                out.setdefault(letter, []).append(pick)
+        got = _assign(free, sizes, split)
+        if got is None:
+            raise NotExpressibleError(
+                f"op {op.name} splits {level} {dict(split)}: not a product of the "
+                f"{level} level's mesh dims {[sizes[i] for i in free]}"
+            )
+        for letter, picked in got.items():
+            out.setdefault(letter, []).extend(picked)
     return out
 
 
@@ -187,7 +235,7 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
              f"({why_not_styles}): every parameter and module input is placed per op instead"]
     stages = []
     for stage, ops, nodes, gpn in stage_groups(view):
-        dims = mesh_dims(nodes, gpn)
+        dims = mesh_dims(nodes, gpn, ops)
         params, inputs, outputs, lost = _place(ops, wl, dims)
         by_name = {o.name: o for o in ops}
         entry: dict[str, Any] = {
