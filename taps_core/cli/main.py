@@ -20,6 +20,7 @@ from taps_core.cluster.io import load_topology
 from taps_core.cluster.presets import PRESETS
 from taps_core.cluster.topology import Topology, node_inter_bandwidth
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
+from taps_core.export.framework_import import read_fixed_from
 from taps_core.ir.graph import OpGraph
 from taps_core.limits import check
 from taps_core.models import build_graph, load_model_config, sample_names
@@ -106,6 +107,12 @@ def _parser() -> argparse.ArgumentParser:
                 metavar="SPEC",
                 help='price exactly this Megatron-style configuration instead of searching, '
                 'e.g. "tp=8,pp=8,dp=24,mbs=1,recompute=full,zero=1,sp=1"',
+            )
+            q.add_argument(
+                "--fixed-from",
+                metavar="PATH",
+                help="price the configuration a Megatron-LM argument list or a DeepSpeed "
+                "config (JSON) sets, as --fixed does",
             )
         q.add_argument("--json", metavar="PATH|-", help="write the JSON report ('-' = stdout)")
     _add_sweep_parser(sub)
@@ -340,10 +347,15 @@ def run(argv: list[str]) -> int:
     elif args.command == "topologies":
         _topologies()
     elif args.command == "plan":
-        if args.fixed is not None and args.space != "taps":
+        if args.fixed is not None and args.fixed_from is not None:
+            raise InvalidInputError("--fixed-from", args.fixed_from, "absent with --fixed")
+        given = args.fixed is not None or args.fixed_from is not None
+        if given and args.space != "taps":
             raise InvalidInputError("--space", args.space, "taps (the default) with --fixed")
         fixed = parse_fixed(args.fixed) if args.fixed is not None else None
         graph, topo = _workload(args)
+        if args.fixed_from is not None:
+            fixed = read_fixed_from(args.fixed_from, topo.num_gpus, graph.meta["config"])
         if fixed is not None:
             plan = plan_fixed(
                 graph, topo, fixed, mode=args.mode, memory_limit_bytes=_limit(args)
