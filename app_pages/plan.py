@@ -197,7 +197,8 @@ def main() -> None:
         return {ctx.file_stem(k): f for k, f in shown if f is not None}
 
     def report() -> str:
-        return html_report(plan, list(figures().values()), rows=op_rows(plan, graph), url=url)
+        return html_report(plan, list(figures().values()), rows=op_rows(plan, graph), url=url,
+                           cluster=ctx.topo_label)
 
     d[2].download_button(
         "HTML report (self-contained)",

@@ -101,7 +101,7 @@ def resolve_topology(
 ) -> Resolved:
     """The cluster of a source plus link edits plus an inter-node bandwidth (0: as built)."""
     from dashboard.state import base_topology
-    from taps_core.cluster.edits import apply_edits, parse_edits
+    from taps_core.cluster.edits import apply_edits, describe_edits, parse_edits
     from taps_core.cluster.io import dumps
     from taps_core.cluster.topology import scale_inter_bandwidth
     from taps_core.units import GB
@@ -110,16 +110,18 @@ def resolve_topology(
         base = base_topology(source, nodes, custom, json_text)
     except LOADER_ERRORS as err:
         return Resolved(None, "invalid topology", "invalid topology", False, (_message(err),))
-    topo, errors = apply_edits(base, parse_edits(";".join(edits)))
-    applied = len(edits) - len(errors)
-    parts = [f"{applied} edit(s)"] if applied else []
+    parsed = parse_edits(";".join(edits))
+    topo, errors = apply_edits(base, parsed)
+    applied = tuple(e for e in parsed if not any(x.startswith(f"edit {e.text()} skipped")
+                                                 for x in errors))
+    parts = [describe_edits(applied)] if applied else []
     if net_GBps and topo.nodes > 1:
         try:
             topo = scale_inter_bandwidth(topo, net_GBps * GB)
             parts.append(f"network {net_GBps:g} GB/s per host")
         except TapsError as err:
             errors.append(f"inter-node bandwidth skipped: {err}")
-    label = base.name + (f" ({', '.join(parts)})" if parts else "")
+    label = ", ".join([base.name, *parts])
     return Resolved(dumps(topo), base.name, label, bool(parts), tuple(errors))
 
 

@@ -63,9 +63,15 @@ def _table(rows: Sequence[dict], limit: int | None = None) -> str:
 
 
 def html_report(
-    plan: Plan, figures: Sequence[go.Figure], *, rows: Sequence[dict] = (), url: str = ""
+    plan: Plan,
+    figures: Sequence[go.Figure],
+    *,
+    rows: Sequence[dict] = (),
+    url: str = "",
+    cluster: str | None = None,
 ) -> str:
-    """The report as one HTML string (a few MB: plotly.js is inside)."""
+    """The report as one HTML string (a few MB: plotly.js is inside); ``cluster`` names the
+    cluster with its edits by value (default: the plan's topology name)."""
     headline = [
         {"figure": "step time", "value": fmt_seconds(plan.total_time_s)},
         {"figure": "communication time", "value": fmt_seconds(plan.comm_time_s)},
@@ -103,7 +109,7 @@ def html_report(
             + "</div>"
         )
     title = (
-        f"TAPS plan: {plan.model_name} on {plan.topology_name} "
+        f"TAPS plan: {plan.model_name} on {cluster or plan.topology_name} "
         f"({plan.nodes}×{plan.gpus_per_node} GPUs, {plan.mode})"
     )
     return f"""<!DOCTYPE html>

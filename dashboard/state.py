@@ -487,10 +487,11 @@ class Context:
 
     @property
     def tag(self) -> str:
-        """What a chart shows, for its title: model, cluster (+ edited), mode, batch."""
+        """What a chart shows, for its title: model, cluster (with its edits by value), mode,
+        batch."""
         mode = "training" if self.mode == "train" else "inference"
-        edited = " (edited)" if self.edited else ""
-        return f"{self.model} · {self.topo_name}{edited} · {mode} · batch {self.batch}"
+        cluster = self.topo_label if self.edited else self.topo_name
+        return f"{self.model} · {cluster} · {mode} · batch {self.batch}"
 
     def file_stem(self, chart: str) -> str:
         """Export file name without extension: ``gpt2_dgx-a100-2_train_links``."""

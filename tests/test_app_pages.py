@@ -279,12 +279,12 @@ def test_link_editor_degrades_and_cuts_links():
         "deleted_rows": [],
     }
     rerun(at)
-    assert any("1 edit(s)" in c.value for c in at.caption)
+    assert any("dgx-a100:2, n0.nic0~net 1 GB/s" in c.value for c in at.caption)
     edits = at.query_params["edits"]
     assert "n0.nic0~net:bw=1" in (edits[0] if isinstance(edits, list) else edits)
     at.switch_page("app_pages/links.py")
     rerun(at)
-    assert "1 edit(s)" in at.caption[0].value
+    assert "n0.nic0~net 1 GB/s" in at.caption[0].value  # the edit by value
     # cutting a GPU's only NVLink leaves it reachable through its NIC; cutting its NIC link
     # too disconnects nothing (the NVSwitch path remains) -- but cutting the only uplink of a
     # single-NIC host is refused with a message
@@ -452,7 +452,7 @@ def test_how_it_works_live_on_the_topology():
 def test_every_chart_title_names_model_cluster_mode_and_batch(name):
     at = app(name, net="25", **FEW_POINTS.get(name, {}))  # an edited cluster says so
     for title in titles(at):
-        assert "gpt2" in title and "dgx-a100:2 (edited)" in title, title
+        assert "gpt2" in title and "dgx-a100:2, network 25 GB/s per host" in title, title
         assert "training" in title and "batch 8" in title, title
     for el in at.get("plotly_chart"):
         stem = json.loads(el.proto.config)["toImageButtonOptions"]["filename"]

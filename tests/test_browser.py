@@ -245,7 +245,7 @@ def test_selecting_a_link_on_the_drawing_and_changing_its_bandwidth_replans(serv
     field.fill("0.05")
     field.press("Enter")
     tab.get_by_role("button", name="Apply").click()
-    wait_text(tab, "1 edit(s)")
+    wait_text(tab, "n0.nic0~net 0.05 GB/s")
     settle(tab)
     assert re.search(r"edits=n0\.nic0(~|%7E)net", tab.url), tab.url
     shoot(tab, "topology-edited")

@@ -144,3 +144,13 @@ def test_pcie_node_traffic_stays_off_the_nic():
     for i, (u, v, _) in enumerate(links.links):
         if "nic" in u or "nic" in v:
             assert p.loads[i] == 0, (u, v)
+
+
+def test_edits_are_described_by_value():
+    from taps_core.cluster.edits import describe_edits, parse_edits
+
+    edits = parse_edits("n0.nic0~net:bw=0.001;n0~n1:cut;+host;+host;a~b:add:kind=nvlink:bw=10")
+    assert describe_edits(edits, most=5) == (
+        "n0.nic0~net 0.001 GB/s, n0~n1 cut, + nvlink link a~b 10 GB/s, +2 host(s)"
+    )
+    assert describe_edits(edits, most=2).endswith("and 2 more edit(s)")

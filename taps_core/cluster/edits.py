@@ -130,6 +130,29 @@ def apply_edits(topology: Topology, edits: tuple[LinkEdit, ...]) -> tuple[Topolo
     return topology, errors
 
 
+def edit_words(edit: LinkEdit) -> str:
+    """One edit by value, for titles: ``n0.nic0~leaf0 5 GB/s``, ``n0~n1 cut``, ``+1 host``."""
+    if edit.src == ADD_HOST:
+        return "+1 host"
+    head = f"{edit.src}~{edit.dst}"
+    if edit.cut:
+        return f"{head} cut"
+    values = [f"{edit.bandwidth_GBps:g} GB/s"] if edit.bandwidth_GBps is not None else []
+    values += [f"{edit.latency_us:g} µs"] if edit.latency_us is not None else []
+    added = f"+ {edit.kind} link " if edit.add else ""
+    return f"{added}{head} {' '.join(values)}".rstrip()
+
+
+def describe_edits(edits: tuple[LinkEdit, ...], most: int = 3) -> str:
+    """The edits by value (the first ``most``, then how many more), for a title."""
+    words = [edit_words(e) for e in edits]
+    hosts = words.count("+1 host")
+    words = [w for w in words if w != "+1 host"] + ([f"+{hosts} host(s)"] if hosts else [])
+    if len(words) > most:
+        return ", ".join(words[:most]) + f" and {len(words) - most} more edit(s)"
+    return ", ".join(words)
+
+
 def add_host(topology: Topology) -> Topology:
     """A copy of the last host (its devices, inner links and links to shared gear) appended."""
     last = max(d.host for d in topology.devices if d.host is not None)
