@@ -133,3 +133,23 @@ def test_a_pipelined_plans_changed_ops_are_at_most_all_of_its_compute():
     what, _ = _diff(staged, flat, 3)
     share = float(re.search(r"; (\d+)% of compute", what).group(1))
     assert 0 < share <= 100, what
+
+
+def test_edit_words_lead_with_dropped_pipeline_stages():
+    """Lowering the network drops the unedited cluster's stages: the note says so first, in
+    Megatron-LM's terms, before the per-op changes."""
+    from taps_core.cluster.presets import preset
+    from taps_core.cluster.topology import scale_inter_bandwidth
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.search.planner import search
+    from taps_core.studies.explain import edit_words
+
+    g = build_graph(load_model_config("gpt2").with_workload(batch_size=32, seq_length=1024))
+    base = search(g, preset("dgx-a100:4"))
+    slow = search(g, scale_inter_bandwidth(preset("dgx-a100:4"), 5e9))
+    assert base.pipeline is not None and slow.pipeline is None
+    text = edit_words(slow, base)
+    stages = len(base.pipeline.stages)
+    assert text.startswith(f"Against the unedited dgx-a100:4: PP {stages} -> 1: pipeline "
+                           "stages dropped"), text
+    assert "Per op, " in text and ".." not in text

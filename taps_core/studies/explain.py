@@ -23,6 +23,7 @@ from taps_core.costs.collectives import Phase, TopologyCost, VolumeCost, all_red
 from taps_core.errors import InvalidInputError, TapsError, check_positive
 from taps_core.plan.records import Plan
 from taps_core.plan.report import LETTER_NAMES, fmt_bytes, fmt_seconds, strategy_words
+from taps_core.studies.shape import plan_shape, shape_change_words
 
 
 @dataclass(frozen=True)
@@ -494,7 +495,10 @@ def edit_words(plan: Plan, unedited: Plan, *, unedited_here: Plan | None = None)
             "there."
         )
     what, why = _diff(plan, unedited, 3)
-    text = f"Against the unedited {unedited.topology_name}, {what}"
+    shape = shape_change_words(plan_shape(plan), plan_shape(unedited)).rstrip(".")
+    text = f"Against the unedited {unedited.topology_name}" + (
+        f": {shape[0].upper()}{shape[1:]}. Per op, {what}" if shape else f", {what}"
+    )
     if why:
         text += " This plan " + ", ".join(why) + "."
     if unedited_here is not None:
