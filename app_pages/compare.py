@@ -25,6 +25,24 @@ from taps_core.studies.explain import replication_warning, slow_baseline_warning
 BASELINES = ("volume", "megatron", "data_parallel")
 
 
+def differ_words(taps: Plan, other: Plan, name: str, differ: set[str]) -> str:
+    """How many ops differ, at which level, and both plans' structure in Megatron-LM terms."""
+    from taps_core.studies.shape import plan_shape
+
+    inside = sum(a.strategy.intra != b.strategy.intra for a, b in zip(taps.ops, other.ops))
+    across = sum(a.strategy.inter != b.strategy.inter for a, b in zip(taps.ops, other.ops))
+    head = (
+        f"**Every one** of the {len(taps.ops)} ops" if len(differ) == len(taps.ops)
+        else f"**{len(differ)}** of {len(taps.ops)} ops"
+    )
+    rings = "" if len(differ) == len(taps.ops) else " (red rings)"
+    return (
+        f"{head} are sharded differently by TAPS and the {name} plan{rings}: {inside} inside "
+        f"hosts, {across} across hosts. TAPS: {plan_shape(taps).words()}; {name}: "
+        f"{plan_shape(other).words()}."
+    )
+
+
 def main() -> None:
     ctx = current()
     st.title("Compare plans")
@@ -105,20 +123,24 @@ def main() -> None:
     other = plans[label]
     assert isinstance(other, Plan)
     differ = {a.name for a, b in zip(taps.ops, other.ops) if a.strategy != b.strategy}
-    st.markdown(
-        f"**{len(differ)}** of {len(taps.ops)} ops are sharded differently by TAPS "
-        f"and the {plan_name(label)} plan (red rings)."
-    )
+    st.markdown(differ_words(taps, other, plan_name(label), differ))
+    everywhere = len(differ) == len(taps.ops)
+    if everywhere:  # ringing every op says nothing: the structures differ, as the words say
+        differ_rings: set[str] = set()
+    else:
+        differ_rings = differ
     lay = dag_layout(taps, graph, expand=expand)
     show_chart(
         dag_figure(
             taps,
             graph,
             expand=expand,
-            highlight=differ,
+            highlight=differ_rings,
             baseline=plan_name(label),
             layout=lay,
-            title=f"TAPS plan; ops split differently by {plan_name(label)} ringed in red",
+            title=f"TAPS plan; every op is split differently by {plan_name(label)}"
+            if everywhere else
+            f"TAPS plan; ops split differently by {plan_name(label)} ringed in red",
         ),
         "compare_graph",
     )

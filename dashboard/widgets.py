@@ -329,7 +329,7 @@ def why_this_plan(ctx: Context, plan: Plan) -> None:
     warning = replication_warning(plan) if plan.pipeline is None else None
     if warning:
         st.warning(warning)
-    if ctx.edited and plan.pipeline is None:
+    if ctx.edited:
         res = cache.resolve_topology(*_base_args(st.session_state))
         if res.json is not None:
             base = cache.plan(

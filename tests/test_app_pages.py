@@ -343,6 +343,10 @@ def test_compare_page_baseline_radio_and_unfit_reasons():
     rerun(at)
     assert "Megatron" in chart(at, "TAPS plan")["layout"]["title"]["text"]
     assert "Megatron" in chart(at, "differ most")["layout"]["title"]["text"]
+    # how many ops differ, where, and both structures in Megatron-LM terms
+    words = next(m.value for m in at.markdown if "sharded differently" in m.value)
+    assert re.search(r"\d+ inside hosts, \d+ across hosts\. TAPS: TP \d+", words), words
+    assert "Megatron-style: TP" in words
     # the selected baseline's exports: a file per framework, or the reason there is none
     assert "Export the Megatron-style plan" in [h.value for h in at.subheader]
     files = [b.help for b in at.get("download_button") if "_train_megatron-" in (b.help or "")]
