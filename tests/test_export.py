@@ -570,3 +570,20 @@ def test_taps_plan_seeded_by_a_framework_configuration_exports_to_megatron(tmp_p
                  "--micro-batch-size 1", "--global-batch-size 64", "--sequence-parallel",
                  "--use-distributed-optimizer"):
         assert flag in out, (flag, out)
+
+
+def test_megatron_zero3_passes_validate_args_or_is_refused_with_its_reason() -> None:
+    """ZeRO-3 as --use-torch-fsdp2 with gradient-accumulation fusion off (validate_args refuses
+    the two together); a tied model or tensor parallelism beside it is refused with the reason
+    Megatron-LM's validate_args gives."""
+    out = export_plan(make_plan("llama3-8b", 1, 8, data_parallel_rule(1, 8), zero=3), "megatron")
+    args = out.data["args"] if isinstance(out.data, dict) and "args" in out.data else out.text
+    assert "--use-torch-fsdp2" in args and "--no-gradient-accumulation-fusion" in args
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS unset" in n for n in out.notes)
+    with pytest.raises(NotExpressibleError, match="untie-embeddings-and-output-weights"):
+        export_plan(make_plan("gpt2", 1, 8, data_parallel_rule(1, 8), zero=3), "megatron")
+    rule = megatron_rule(4, 1, dp_intra=2)
+    with pytest.raises(NotExpressibleError, match="CUDA_DEVICE_MAX_CONNECTIONS"):
+        export_plan(make_plan("llama3-8b", 1, 8, rule, zero=3), "megatron")
+    tp = export_plan(make_plan("llama3-8b", 1, 8, rule), "megatron")
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS=1" in n for n in tp.notes)

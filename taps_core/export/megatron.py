@@ -65,12 +65,15 @@ def to_megatron(view: PlanView, wl: Workload) -> Export:
     ]
     if sp:
         args.append("--sequence-parallel")
+    if g.tp > 1:
+        notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 before launching: validate_args "
+                     "requires it with tensor parallelism")
     args += _megatron_pipeline(view, fw)
     k, micro = per_replica_micro(view, wl, g.dp)
     args += ["--micro-batch-size", str(micro)]
     if view.mode == "train":
         args += ["--global-batch-size", str(c.batch_size)]
-        args += _megatron_levers(view, fw, notes, g.dp)
+        args += _megatron_levers(view, fw, notes, g.dp, g.tp, bool(c.tie_word_embeddings))
         if k > 1 and view.pipeline is None:
             notes.append(
                 f"{k} micro-batches per step: Megatron accumulates global / (micro x dp) "
@@ -146,8 +149,11 @@ def _megatron_pipeline(view: PlanView, fw: str) -> list[str]:
     return args
 
 
-def _megatron_levers(view: PlanView, fw: str, notes: list[str], dp: int) -> list[str]:
-    """ZeRO stage and recomputation as Megatron training arguments."""
+def _megatron_levers(
+    view: PlanView, fw: str, notes: list[str], dp: int, tp: int, tied: bool
+) -> list[str]:
+    """ZeRO stage and recomputation as Megatron training arguments (ZeRO-3 as FSDP2, with the
+    flags Megatron-LM's validate_args asks for, or refused with its reason)."""
     args: list[str] = []
     z = view.zero_stage if dp > 1 else 0  # sharding over one data-parallel rank is a no-op
     if z in (1, 2):
@@ -162,8 +168,20 @@ def _megatron_levers(view: PlanView, fw: str, notes: list[str], dp: int) -> list
                 f"ZeRO-3 with pipeline stages: {fw}'s FSDP2 mode "
                 "(--use-torch-fsdp2) does not work with pipeline parallelism"
             )
-        args.append("--use-torch-fsdp2")
-        notes.append("ZeRO-3 as Megatron's --use-torch-fsdp2 (marked experimental upstream)")
+        if tied:
+            raise NotExpressibleError(
+                f"ZeRO-3 on a model whose LM head shares the embedding's weight: {fw}'s "
+                "--use-torch-fsdp2 requires --untie-embeddings-and-output-weights (another model)"
+            )
+        if tp > 1:
+            raise NotExpressibleError(
+                f"ZeRO-3 with tensor parallelism: {fw}'s --use-torch-fsdp2 needs "
+                "CUDA_DEVICE_MAX_CONNECTIONS > 1 and tensor parallelism needs it = 1"
+            )
+        args += ["--use-torch-fsdp2", "--no-gradient-accumulation-fusion"]
+        notes.append("ZeRO-3 as Megatron's --use-torch-fsdp2 (marked experimental upstream), "
+                     "without gradient-accumulation fusion (validate_args refuses the two "
+                     "together); leave CUDA_DEVICE_MAX_CONNECTIONS unset (FSDP2 needs it > 1)")
     done, total = recompute_per_stage(view)
     if any(done):
         if done == total:
