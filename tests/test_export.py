@@ -278,7 +278,12 @@ def test_deepspeed_refuses_tensor_splits_and_takes_inference() -> None:
     with pytest.raises(NotExpressibleError, match="Megatron-DeepSpeed"):
         export_plan(plan, "deepspeed")
     infer = make_plan("gpt3-175b", 2, 8, megatron_rule(8, 2), mode="infer")
-    assert export_plan(infer, "deepspeed").data["tensor_parallel"] == {"tp_size": 8}
+    ds = export_plan(infer, "deepspeed")
+    assert ds.data["tensor_parallel"] == {"tp_size": 8}
+    # DeepSpeed's AutoTP refuses GPT-2-family models: kernel injection (their container policy)
+    assert ds.data["replace_with_kernel_inject"] is True and any("AutoTP" in n for n in ds.notes)
+    llama = make_plan("llama3-8b", 1, 8, megatron_rule(8, 1), mode="infer")
+    assert export_plan(llama, "deepspeed").data["replace_with_kernel_inject"] is False
     margs = export_plan(infer, "megatron").data["args"]
     assert _arg(margs, "--global-batch-size") is None and _arg(margs, "--micro-batch-size") == "16"
     zero3 = make_plan("gpt2", 1, 8, data_parallel_rule(1, 8), mode="infer", zero=3)

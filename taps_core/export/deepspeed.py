@@ -117,14 +117,21 @@ def _deepspeed_inference(view: PlanView, wl: Workload, notes: list[str]) -> Expo
                     f"op {op.name} is replicated over the {g.tp} GPUs of a "
                     f"tensor-parallel group: {fw}'s AutoTP splits every layer"
                 )
+    # DeepSpeed refuses AutoTP for GPT-2-family models ("AutoTP not supported for model.
+    # Please use kernel injection since container policy for model exists"): their tensor
+    # parallelism comes with its fused kernels
+    inject = g.tp > 1 and wl.family in ("gpt2", "gpt3")
     cfg = {
         "tensor_parallel": {"tp_size": g.tp},
         "dtype": dtype,
-        "replace_with_kernel_inject": False,
+        "replace_with_kernel_inject": inject,
     }
     notes.append(
         f"deepspeed.init_inference(model, config=this) on {g.tp * g.dp} GPUs: "
-        f"{g.dp} replicas of {g.tp}-way automatic tensor parallelism"
+        f"{g.dp} replicas of {g.tp}-way "
+        + ("tensor parallelism with DeepSpeed's GPT-2 kernel injection (its container policy; "
+           "AutoTP refuses GPT-2 models; the fused kernels need CUDA)" if inject
+           else "automatic tensor parallelism")
     )
     return Export("deepspeed", json.dumps(cfg, indent=2), cfg, notes)
 
