@@ -73,12 +73,12 @@ def test_every_point_equals_a_direct_search_and_parts_add_up(gpt2):
     bws = log_bandwidths(2e9, 400e9, 3)
     sw = sweep_inter_bandwidth(gpt2, topo, bws, mode="train")
     assert sw.complete and sw.labels == ("taps", "volume", "megatron", "data_parallel")
-    for point in sw.points:
+    for i, point in enumerate(sw.points):
         # the same inputs as the Plan and Compare pages: the default search, stages included
         scaled = scale_inter_bandwidth(topo, point.node_bandwidth_Bps)
-        direct = compare(gpt2, scaled, mode="train")
-        for label, plan in direct.items():  # warm-started baselines are exact here
-            assert point.total_time_s[label] == pytest.approx(plan.total_time_s, rel=1e-9)
+        if i == 1:  # between the ends: the baselines there are warm-started, and exact
+            for label, plan in compare(gpt2, scaled, mode="train").items():
+                assert point.total_time_s[label] == pytest.approx(plan.total_time_s, rel=1e-9)
         taps = search(gpt2, scaled, mode="train")
         assert point.plans["taps"].strategies == plan_key(taps)
         assert point.total_time_s["taps"] == pytest.approx(taps.total_time_s, rel=1e-9)
@@ -161,7 +161,7 @@ def test_warm_previews_never_change_the_complete_sweep(gpt2):
     same."""
     labels = ("taps", "volume", "data_parallel")
     topo = preset("dgx-a100:2")
-    bws = log_bandwidths(1e9, 400e9, 9)
+    bws = log_bandwidths(1e9, 400e9, 5)
     exact = SweepRun(gpt2, topo, labels=labels)
     warm = SweepRun(gpt2, topo, labels=labels, warm_taps=True)
     a = list(exact.fill(bws))
