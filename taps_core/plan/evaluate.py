@@ -13,12 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from taps_core.cluster.links import LinkModel
+from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import Phase, TopologyCost, VolumeCost
 from taps_core.costs.ops import Memory, OpCost, op_cost, op_option, scaled
 from taps_core.costs.reshard import convert_phases, plain
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import Strategy, reader_layouts
-from taps_core.plan.records import LinkTraffic, OpChoice, OpPlan, Plan, SearchInfo
+from taps_core.plan.records import LinkTraffic, OpChoice, OpPlan, PipelineInfo, Plan, SearchInfo
 
 
 def _as_choice(c: Strategy | OpChoice) -> OpChoice:
@@ -156,6 +157,36 @@ def evaluate(
     memory += Memory(transient=peak)
     traffic = link_traffic(links, link_bytes) if per_link else ()
     cfg = graph.meta.get("config")
+    return plan_record(
+        graph, topology, label=label, mode=mode, cost_model=cost_model, ops=tuple(ops),
+        links=traffic, memory=memory, memory_limit_bytes=memory_limit_bytes,
+        intra_node_bytes=level_bytes["intra"], inter_node_bytes=level_bytes["inter"],
+        search=search, volume_comm_time_s=volume_s, microbatches=microbatches,
+        flash_attention=bool(getattr(cfg, "flash_attention", False)),
+    )
+
+
+def plan_record(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    label: str,
+    mode: str,
+    cost_model: str,
+    ops: tuple[OpPlan, ...],
+    links: tuple[LinkTraffic, ...],
+    memory: Memory,
+    memory_limit_bytes: float,
+    intra_node_bytes: float,
+    inter_node_bytes: float,
+    search: SearchInfo,
+    volume_comm_time_s: float,
+    microbatches: int,
+    flash_attention: bool,
+    pipeline: PipelineInfo | None = None,
+) -> Plan:
+    """The Plan record of priced ops on ``topology``: model and cluster fields read off
+    ``graph`` and ``topology`` (one constructor for plans with and without stages)."""
     return Plan(
         label=label,
         model_name=graph.name,
@@ -165,16 +196,17 @@ def evaluate(
         gpus_per_node=topology.gpus_per_node,
         mode=mode,
         cost_model=cost_model,
-        ops=tuple(ops),
-        links=traffic,
+        ops=ops,
+        links=links,
         memory=memory,
         memory_limit_bytes=memory_limit_bytes,
-        intra_node_bytes=level_bytes["intra"],
-        inter_node_bytes=level_bytes["inter"],
+        intra_node_bytes=intra_node_bytes,
+        inter_node_bytes=inter_node_bytes,
         search=search,
-        volume_comm_time_s=volume_s,
+        volume_comm_time_s=volume_comm_time_s,
         microbatches=microbatches,
-        flash_attention=bool(getattr(cfg, "flash_attention", False)),
+        flash_attention=flash_attention,
+        pipeline=pipeline,
         workload=workload_of(graph, microbatches),
     )
 

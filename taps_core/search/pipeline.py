@@ -37,7 +37,7 @@ from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace, pad_factor
 from taps_core.models import build_graph
-from taps_core.plan.evaluate import evaluate, link_traffic, workload_of
+from taps_core.plan.evaluate import evaluate, link_traffic, plan_record
 from taps_core.plan.records import OpPlan, PipelineInfo, Plan, SearchInfo, StageInfo
 from taps_core.search.flat import choices_of, search_fixed
 from taps_core.search.memory_fit import within_limit
@@ -595,27 +595,11 @@ def _merge(
         sum(sp.plan.search.num_strategies for sp in stage_plans),
         "optimal" if statuses == {"optimal"} else "feasible",
     )
-    return Plan(
-        label="taps",
-        model_name=micro.name,
-        parameters=micro.num_parameters,
-        topology_name=topology.name,
-        nodes=topology.nodes,
-        gpus_per_node=topology.gpus_per_node,
-        mode=mode,
-        cost_model=cost_model,
-        ops=tuple(ops),
-        links=traffic,
-        memory=memory,
-        memory_limit_bytes=limit,
-        intra_node_bytes=intra,
-        inter_node_bytes=inter,
-        search=search,
-        volume_comm_time_s=volume,
-        microbatches=info.microbatches,
-        flash_attention=base.flash_attention,
-        pipeline=info,
-        workload=workload_of(micro, info.microbatches),
+    return plan_record(
+        micro, topology, label="taps", mode=mode, cost_model=cost_model, ops=tuple(ops),
+        links=traffic, memory=memory, memory_limit_bytes=limit, intra_node_bytes=intra,
+        inter_node_bytes=inter, search=search, volume_comm_time_s=volume,
+        microbatches=info.microbatches, flash_attention=base.flash_attention, pipeline=info,
     )
 
 
