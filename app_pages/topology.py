@@ -325,7 +325,7 @@ def main() -> None:
         if edits and st.button("Reset all edits", key="reset_edits", on_click=_reset_edits):
             st.rerun()
     if edits:
-        st.caption(f"{len(edits)} edit(s): `{edits_text(edits)}`")
+        st.caption(f"{ctx.topo_label} · as in the URL: `{edits_text(edits)}`")
     if ss["topo_custom"] == "json" and ss["topo"] == CUSTOM:
         st.caption("An uploaded topology cannot travel in a URL: share the JSON file instead.")
     base = cache.resolve_topology(
