@@ -6,7 +6,7 @@ import json
 
 import streamlit as st
 
-from dashboard import cache
+from dashboard import cache, state
 from dashboard.charts import link_diff_figure, plan_name, search_status, time_figure
 from dashboard.graph_view import dag_figure, dag_layout, op_rows
 from dashboard.widgets import (
@@ -17,6 +17,7 @@ from dashboard.widgets import (
     need_topology,
     show_chart,
 )
+from taps_core.ir.graph import OpGraph
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import compare_to_json, describe, fmt_seconds
 from taps_core.search.baselines import reduction
@@ -44,11 +45,29 @@ def differ_words(taps: Plan, other: Plan, name: str, differ: set[str]) -> str:
 
 
 def main() -> None:
+    """The Compare page, section by section."""
     ctx = current()
     st.title("Compare plans")
     context_caption(ctx)
     graph = need_model(ctx)
     need_topology(ctx)
+    plans, taps = _search(ctx)
+    _headline(plans, taps)
+    _why_they_differ(ctx, plans, taps, graph)
+    _in_words(plans)
+    picked = _pick_baseline(plans)
+    if picked is None:
+        return
+    label, expand = picked
+    other = plans[label]
+    assert isinstance(other, Plan)
+    _strategy_diff(taps, other, label, graph, expand)
+    _per_link(taps, other)
+    _downloads(ctx, plans, label)
+
+
+def _search(ctx: state.Context) -> tuple[dict[str, Plan | NotFitting], Plan]:
+    """The four plans, or the page stops with the reason there are none (or no TAPS plan)."""
     with st.spinner("Searching four plans (TAPS, volume, Megatron, data parallel)…"):
         plans = cache.comparison(ctx.workload, ctx.topo_json, ctx.mode, ctx.memory_limit_bytes)
     if isinstance(plans, cache.Failure):
@@ -58,7 +77,11 @@ def main() -> None:
     if isinstance(taps, NotFitting):
         st.error(f"TAPS: {taps.reason}")
         st.stop()
+    return plans, taps
 
+
+def _headline(plans: dict[str, Plan | NotFitting], taps: Plan) -> None:
+    """TAPS against each baseline in figures, the plans that do not fit, the time chart."""
     c = st.columns(3)
     for col, label in zip(c, BASELINES):
         other = plans[label]
@@ -83,6 +106,12 @@ def main() -> None:
         if isinstance(p, NotFitting):
             st.warning(f"**{plan_name(label)}** has no plan: {p.reason}")
     show_chart(time_figure(plans), "compare_time")
+
+
+def _why_they_differ(
+    ctx: state.Context, plans: dict[str, Plan | NotFitting], taps: Plan, graph: OpGraph
+) -> None:
+    """The box of warnings and TAPS's priced decisions that explain the differences."""
     with st.container(border=True):
         st.markdown("#### Why these plans differ")
         for label in BASELINES:
@@ -101,6 +130,10 @@ def main() -> None:
         if not isinstance(found, cache.Failure):
             for d in found:
                 st.markdown(f"- TAPS: {d.words}")
+
+
+def _in_words(plans: dict[str, Plan | NotFitting]) -> None:
+    """Each plan described in words, in an expander."""
     with st.expander("Each plan in words"):
         for label, p in plans.items():
             words = (
@@ -110,18 +143,24 @@ def main() -> None:
             )
             st.markdown(f"- **{plan_name(label)}**: {words}")
 
+
+def _pick_baseline(plans: dict[str, Plan | NotFitting]) -> tuple[str, bool] | None:
+    """The baseline to set TAPS against and the expand toggle; None when no baseline fits."""
     st.subheader("Where the strategies differ")
     fitting = [lb for lb in BASELINES if isinstance(plans[lb], Plan)]
     if not fitting:
         st.info("No baseline fits, so there is nothing to set TAPS against.")
-        return
+        return None
     if st.session_state.get("cmp_baseline") not in fitting:
         st.session_state["cmp_baseline"] = fitting[0]
     c1, c2 = st.columns([2, 3])
     label = c1.radio("Against", fitting, key="cmp_baseline", format_func=plan_name, horizontal=True)
     expand = c2.toggle("Show every layer", key="cmp_expand")
-    other = plans[label]
-    assert isinstance(other, Plan)
+    return label, expand
+
+
+def _strategy_diff(taps: Plan, other: Plan, label: str, graph: OpGraph, expand: bool) -> None:
+    """The ops TAPS and the baseline split differently: in words, on the graph, in a table."""
     differ = {a.name for a, b in zip(taps.ops, other.ops) if a.strategy != b.strategy}
     st.markdown(differ_words(taps, other, plan_name(label), differ))
     everywhere = len(differ) == len(taps.ops)
@@ -166,8 +205,16 @@ def main() -> None:
                 "in words",
             ],
         )
+
+
+def _per_link(taps: Plan, other: Plan) -> None:
+    """The links whose traffic differs most between TAPS and the baseline."""
     st.subheader("Per-link differences")
     show_chart(link_diff_figure(taps, other), "compare_links")
+
+
+def _downloads(ctx: state.Context, plans: dict[str, Plan | NotFitting], label: str) -> None:
+    """The baseline plan's framework exports and the comparison JSON, each built on click."""
     st.subheader(f"Export the {plan_name(label)} plan")
     part = label.replace("_", "-")
     export_buttons(

@@ -5,8 +5,12 @@ downloads (including the review pack)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
+import plotly.graph_objects as go
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import cache, state
 from dashboard.charts import fmt_gib, lever_notes, memory_figure, search_status
@@ -28,17 +32,32 @@ from dashboard.widgets import (
     titled,
     why_this_plan,
 )
+from taps_core.ir.graph import OpGraph
 from taps_core.plan.records import Plan
 from taps_core.plan.report import describe, fmt_bytes, fmt_seconds, links_csv, plan_to_json
 
 
 def main() -> None:
+    """The Plan page, section by section."""
     ctx = current()
     st.title("TAPS Planner")
     context_caption(ctx)
     graph = need_model(ctx)
     plan = need_plan(ctx)
+    why_box = _headline(plan)
+    your_configuration(ctx, plan)
+    mem_fig = _memory(plan)
+    gantt = _pipeline(plan)
+    expand, dag = _operator_graph(plan, graph)
+    _per_op(plan, graph, expand)
+    exports, export_names = _exports(ctx)
+    _downloads(ctx, plan, graph, exports, export_names, mem_fig, gantt, dag)
+    with why_box:
+        why_this_plan(ctx, plan)
 
+
+def _headline(plan: Plan) -> DeltaGenerator:
+    """The plan in words and its headline figures; returns the box kept for 'why this plan'."""
     st.markdown(f"**Plan:** {describe(plan)}")
     if plan.search.note:
         st.info(f"Search: {plan.search.note}")
@@ -85,7 +104,11 @@ def main() -> None:
         f"Search result: **{search_status(plan)}** · {s.algorithm}, "
         f"{s.num_strategies:,} strategies, {fmt_seconds(s.time_s)}"
     )
-    your_configuration(ctx, plan)
+    return why_box
+
+
+def _memory(plan: Plan) -> go.Figure:
+    """The memory chart and which levers the plan pulls; returns the chart."""
     mem_fig = memory_figure(plan)
     show_chart(mem_fig, "memory")
     notes = lever_notes(plan)
@@ -94,7 +117,11 @@ def main() -> None:
         if notes
         else "No memory lever pulled: every part is held in full by each GPU that needs it."
     )
+    return mem_fig
 
+
+def _pipeline(plan: Plan) -> go.Figure | None:
+    """The pipeline schedule of a pipelined plan; returns its Gantt chart, else None."""
     gantt = None
     if plan.pipeline is not None:
         pi = plan.pipeline
@@ -132,7 +159,11 @@ def main() -> None:
                 else "."
             )
         )
+    return gantt
 
+
+def _operator_graph(plan: Plan, graph: OpGraph) -> tuple[bool, go.Figure]:
+    """The operator graph with its expand toggle; returns the toggle and the chart."""
     st.subheader("Operator graph")
     expand = st.toggle("Show every layer (expand identical layers)", key="plan_expand")
     layout = dag_layout(plan, graph, expand=expand)
@@ -156,10 +187,17 @@ def main() -> None:
         + staged
         + wide
     )
+    return expand, dag
 
+
+def _per_op(plan: Plan, graph: OpGraph, expand: bool) -> None:
+    """The per-op strategy table."""
     st.subheader("Per-op strategies")
     op_table(op_rows(plan, graph, expand=expand))
 
+
+def _exports(ctx: state.Context) -> tuple[Any, dict[str, str]]:
+    """The framework export buttons; returns the exports and the names of the files offered."""
     st.subheader("Export to Megatron-LM, DeepSpeed, PyTorch DTensor")
     exports = cache.exports(
         ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
@@ -169,7 +207,20 @@ def main() -> None:
         "A plan is exported only when the framework can run that plan, the same splits on the "
         "same GPUs; otherwise the box names the first op or lever it has no words for."
     )
+    return exports, export_names
 
+
+def _downloads(
+    ctx: state.Context,
+    plan: Plan,
+    graph: OpGraph,
+    exports: Any,
+    export_names: dict[str, str],
+    mem_fig: go.Figure,
+    gantt: go.Figure | None,
+    dag: go.Figure,
+) -> None:
+    """The plan JSON, links CSV, HTML report and review pack, each built on click."""
     st.subheader("Downloads")
     d = st.columns(4)
     d[0].download_button(
@@ -188,6 +239,38 @@ def main() -> None:
         on_click="ignore",
         key="dl_links",
     )
+    report, pack = _on_click(ctx, plan, graph, exports, export_names, mem_fig, gantt, dag)
+    d[2].download_button(
+        "HTML report (self-contained)",
+        report,
+        file_name=f"{ctx.file_stem('report')}.html",
+        mime="text/html",
+        on_click="ignore",
+        key="dl_html",
+    )
+    d[3].download_button(
+        "Review pack (zip)",
+        pack,
+        file_name=f"{ctx.file_stem('review-pack')}.zip",
+        mime="application/zip",
+        on_click="ignore",
+        key="dl_pack",
+        help="Charts as SVG and PNG, the HTML report, the plan JSON, the framework exports "
+        "and this view's URL",
+    )
+
+
+def _on_click(
+    ctx: state.Context,
+    plan: Plan,
+    graph: OpGraph,
+    exports: Any,
+    export_names: dict[str, str],
+    mem_fig: go.Figure,
+    gantt: go.Figure | None,
+    dag: go.Figure,
+) -> tuple[Callable[[], str], Callable[[], bytes]]:
+    """The HTML report and the review pack as functions, run when their button is clicked."""
     topo = cache.topology(ctx.topo_json)
     url = page_url()
 
@@ -199,15 +282,6 @@ def main() -> None:
     def report() -> str:
         return html_report(plan, list(figures().values()), rows=op_rows(plan, graph), url=url,
                            cluster=ctx.topo_label)
-
-    d[2].download_button(
-        "HTML report (self-contained)",
-        report,
-        file_name=f"{ctx.file_stem('report')}.html",
-        mime="text/html",
-        on_click="ignore",
-        key="dl_html",
-    )
 
     def pack() -> bytes:
         files = {
@@ -225,18 +299,7 @@ def main() -> None:
             "Exports:\n" + "\n".join(f"  {line}" for line in lines),
         )
 
-    d[3].download_button(
-        "Review pack (zip)",
-        pack,
-        file_name=f"{ctx.file_stem('review-pack')}.zip",
-        mime="application/zip",
-        on_click="ignore",
-        key="dl_pack",
-        help="Charts as SVG and PNG, the HTML report, the plan JSON, the framework exports "
-        "and this view's URL",
-    )
-    with why_box:
-        why_this_plan(ctx, plan)
+    return report, pack
 
 
 def your_configuration(ctx: state.Context, plan: Plan) -> None:

@@ -26,8 +26,6 @@ KNOWN_LONG_FUNCTIONS = {
     "dashboard/topology_view.py:topology_figure",
     "dashboard/graph_view.py:dag_figure",
     "dashboard/pipeline_view.py:gantt_figure",
-    "app_pages/plan.py:main",
-    "app_pages/compare.py:main",
 }
 
 
