@@ -338,7 +338,7 @@ def why_this_plan(ctx: Context, plan: Plan) -> None:
             if isinstance(base, Plan):
                 here = reprice(base, need_model(ctx), cache.topology(ctx.topo_json))
                 st.info(edit_words(plan, base, unedited_here=here))
-    with st.spinner("Pricing each decision against its runner-up (one search each)…"):
+    with st.spinner("Pricing each decision against its runner-up (one bounded search each)…"):
         found = cache.why(
             ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
         )

@@ -411,3 +411,23 @@ def test_a_budget_too_short_to_finish_says_what_it_left_unsearched():
     assert cut.total_time_s >= full.total_time_s * (1 - 1e-12)
     assert cut.search.status != "optimal"
     assert "left unsearched (time budget)" in cut.search.note
+
+
+def test_lagrangian_only_search_brackets_the_exact_optimum():
+    """``exact_fronts=False`` (pricing runner-ups) stops at the Lagrangian: a fitting plan no
+    faster than the exact optimum and a proven bound no slower, the same on every run."""
+    graph = _graph("gpt2", num_hidden_layers=6, batch_size=8, seq_length=256)
+    topo = preset("dgx-a100:2")
+    limit = 0.55 * search(graph, topo, time_budget_s=None).memory.total
+    exact = search(graph, topo, memory_limit_bytes=limit, time_budget_s=None, expert_seed=False,
+                   pipeline=False)
+    quick = search(graph, topo, memory_limit_bytes=limit, time_budget_s=None, expert_seed=False,
+                   pipeline=False, exact_fronts=False)
+    assert quick.memory.total <= limit * (1 + 1e-9)
+    assert quick.total_time_s >= exact.total_time_s * (1 - 1e-12)
+    assert quick.search.lower_bound_s <= exact.total_time_s * (1 + 1e-12)
+    if quick.search.status != "optimal":
+        assert "not asked for" in quick.search.note
+    again = search(graph, topo, memory_limit_bytes=limit, time_budget_s=None, expert_seed=False,
+                   pipeline=False, exact_fronts=False)
+    assert again.choices == quick.choices

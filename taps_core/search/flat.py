@@ -44,9 +44,12 @@ def _fit_memory(
     mode: str,
     cutoff: float = math.inf,
     deadline: float = math.inf,
+    exact_fronts: bool = True,
 ) -> tuple[Assignment, SearchInfo, float]:
     """The fastest plan within ``limit`` bytes per device, proven optimal (see
     :mod:`taps_core.search.memory_bound`); the dual gap is reported when a proof is out of reach.
+    Without ``exact_fronts`` the Lagrangian's best fitting plan and bound are the answer (no
+    front search: deterministic and fast, the gap reported).
     Raises :class:`_SlowerError` when even the unconstrained optimum is not below ``cutoff``
     (seconds): nothing here can beat a plan already found."""
     start = time.perf_counter()
@@ -79,6 +82,12 @@ def _fit_memory(
         return bounds.best, info(
             "optimal", bounds.lower, "memory limit binds; optimal by the Lagrangian bound",
             bounds.lam,
+        ), fast[1]
+    if not exact_fronts:
+        return bounds.best, info(
+            "feasible", bounds.lower,
+            f"memory limit binds; best plan within {gap:.3g} s of the Lagrangian bound "
+            "(the exact front search not asked for)", bounds.lam,
         ), fast[1]
     exact, tried, unproven = _deepening(problem, limit, bounds, deadline, cutoff)
     if exact is None and tried < 0:
@@ -232,11 +241,13 @@ def search_flat(
     links: LinkModel | None,
     time_budget_s: float | None,
     cutoff_s: float = math.inf,
+    exact_fronts: bool = True,
 ) -> Plan:
     """The best plan without pipeline stages (see :func:`~taps_core.search.planner.search`),
     within the memory limit with its transient buffers counted exactly (:func:`within_limit`).
     Raises :class:`SlowerThanCutoffError` when it is proven no faster than ``cutoff_s``
-    seconds."""
+    seconds. ``exact_fronts`` False stops a binding memory limit's search at the Lagrangian
+    bound (see :func:`_fit_memory`)."""
     limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     if not limit > 0:
         raise InvalidInputError("memory_limit", limit, "> 0")
@@ -245,7 +256,7 @@ def search_flat(
         return search_flat_at(
             graph, topology, mode=mode, cost_model=cost_model, memory_limit_bytes=search_limit,
             space=space, allow=allow, label=label, links=links, time_budget_s=time_budget_s,
-            cutoff_s=cutoff_s,
+            cutoff_s=cutoff_s, exact_fronts=exact_fronts,
         )
 
     return within_limit(run, limit)
@@ -264,6 +275,7 @@ def search_flat_at(
     links: LinkModel | None,
     time_budget_s: float | None,
     cutoff_s: float = math.inf,
+    exact_fronts: bool = True,
 ) -> Plan:
     """One search of :func:`search_flat` at a given limit."""
     if mode not in MODES:
@@ -300,7 +312,9 @@ def search_flat_at(
             g_k, topology, mode, comm, space=space, allow=allow, microbatches=k
         )
         try:
-            sub, sol, info, free[k] = _best_zero_stage(problem, limit, mode, bar, deadline)
+            sub, sol, info, free[k] = _best_zero_stage(
+                problem, limit, mode, bar, deadline, exact_fronts=exact_fronts
+            )
         except _NoFitError as err:
             free[k] = err.free_time_s
             error = err if error is None else error
@@ -400,6 +414,7 @@ def _best_zero_stage(
     cutoff: float = math.inf,
     deadline: float = math.inf,
     stages: tuple[int, ...] | None = None,
+    exact_fronts: bool = True,
 ) -> tuple[SearchProblem, Assignment, SearchInfo, float]:
     """The fastest fitting plan over the plan-wide ZeRO stages (each searched exactly), and
     the unconstrained optimum's time (seconds).
@@ -421,7 +436,7 @@ def _best_zero_stage(
         sub = problem.restricted(zero)
         bar = min((x[3] for x in found), default=cutoff)
         try:
-            sol, info, fast = _fit_memory(sub, limit, mode, bar, deadline)
+            sol, info, fast = _fit_memory(sub, limit, mode, bar, deadline, exact_fronts)
         except _NoFitError as err:
             error = err
             free = min(free, err.free_time_s)

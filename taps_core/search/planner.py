@@ -47,6 +47,7 @@ def search(
     pipeline: bool | None = None,
     allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None = None,
     expert_seed: bool = True,
+    exact_fronts: bool = True,
 ) -> Plan:
     """Best plan under ``cost_model`` within ``space`` (and ``allow``), reported topology-aware.
 
@@ -65,6 +66,8 @@ def search(
     Raises InfeasibleError when no plan fits the memory limit (default: the GPU's memory).
     The exact search under a binding memory limit stops after ``time_budget_s`` seconds
     (None: no limit) with the best plan found and a proven lower bound (status "feasible").
+    ``exact_fronts`` False stops it at the Lagrangian bound instead: deterministic, fast, the
+    gap reported (what pricing a decision against its runner-up needs).
     """
     start = time.perf_counter()
     seed = None
@@ -79,7 +82,7 @@ def search(
         flat = search_flat(
             graph, topology, mode=mode, cost_model=cost_model,
             memory_limit_bytes=memory_limit_bytes, space=space, allow=allow, label=label,
-            links=links, time_budget_s=time_budget_s, cutoff_s=cutoff,
+            links=links, time_budget_s=time_budget_s, cutoff_s=cutoff, exact_fronts=exact_fronts,
         )
     except InfeasibleError as err:
         error = err

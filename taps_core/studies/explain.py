@@ -292,9 +292,11 @@ def decisions(
             def allow(g: Any, op: Any, s: Any, lv=level, ch=letter, ns=names) -> bool:
                 return op.name not in ns or all(c != ch for c, _ in s.level(lv))
 
-        try:
+        try:  # the Lagrangian's bound and best fitting plan: no front search (fast, exact
+            # enough to price a choice, the same on every machine)
             other = search(
-                graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, allow=allow
+                graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, allow=allow,
+                exact_fronts=False,
             )
         except TapsError:
             other = None
@@ -305,7 +307,7 @@ def decisions(
             saved = other.total_time_s - plan.total_time_s
             runner = _dominant_words(other, names)
             tail = (
-                f"saves {fmt_seconds(max(saved, 0.0))} per step "
+                f"saves {_saving_words(plan, other)} per step "
                 f"({100 * max(saved, 0.0) / max(other.total_time_s, 1e-30):.0f}%) over the "
                 "runner-up, which would "
                 + (
@@ -318,6 +320,22 @@ def decisions(
         out.append(Decision(what, share, saved, runner, words))
     out.sort(key=lambda d: -(math.inf if d.saved_s is None else d.saved_s))
     return out[:limit]
+
+
+def _saving_words(plan: Plan, other: Plan) -> str:
+    """What ``plan`` saves over the runner-up ``other``: one figure when ``other`` is proven
+    optimal (or its bound is within 5% of the saving), else the proven range ("up to" the
+    saving over the runner-up found when the bound proves no saving at all)."""
+    hi = max(other.total_time_s - plan.total_time_s, 0.0)
+    bound = other.search.lower_bound_s
+    if other.search.status == "optimal" or bound is None:
+        return fmt_seconds(hi)
+    lo = max(bound - plan.total_time_s, 0.0)
+    if hi - lo <= 0.05 * hi:
+        return fmt_seconds(hi)
+    if lo > 0:
+        return f"{fmt_seconds(lo)} to {fmt_seconds(hi)}"
+    return f"up to {fmt_seconds(hi)}"  # the runner-up found; a faster one is not ruled out
 
 
 def _pipeline_decision(
