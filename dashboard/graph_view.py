@@ -394,48 +394,23 @@ def _legend_key(fig: go.Figure, name: str, legend: str, marker: dict) -> None:
     fig.add_scatter(x=[None], y=[None], mode="markers", name=name, legend=legend, marker=marker)
 
 
-def dag_figure(
-    plan: Plan,
-    graph: OpGraph,
-    *,
-    expand: bool = False,
-    highlight: set[str] | None = None,
-    baseline: str = "",
-    title: str | None = None,
-    layout: DagLayout | None = None,
-    width_px: int = DEFAULT_WIDTH_PX,
-) -> go.Figure:
-    """Plotly DAG coloured by split class per level; ``highlight`` ops get a red ring.
-
-    Folded (the default), every column is in view; expanded, the view opens on the first
-    :data:`MAX_VISIBLE_GENERATIONS` columns. Each marker's ``customdata`` is ``[name relative
-    to its layer, layer range or ""]``, so a reader (or a test) can tell which ops it stands for.
-    """
-    lay = layout or dag_layout(plan, graph, expand=expand)
-    expand = lay.expand
-    ops = {op.name: op for op in plan.ops}
-    highlight = highlight or set()
-    hosts = host_counts(plan)
-    fig = go.Figure()
+def _dag_frame(lay: DagLayout, *, staged: bool, width_px: int, margin_lr: int) -> _Frame:
+    """The plot area: columns in view (all folded, the first :data:`MAX_VISIBLE_GENERATIONS`
+    expanded), rows of up to :data:`ROW_PX` pixels, room above for block and stage labels."""
     xs = [p[0] for p in lay.pos.values()] or [0.0]
     ys = [p[1] for p in lay.pos.values()] or [0.0]
     columns = int(max(xs)) + 1
-    shown_cols = min(columns, MAX_VISIBLE_GENERATIONS) if expand else columns
-    staged = plan.pipeline is not None
+    shown_cols = min(columns, MAX_VISIBLE_GENERATIONS) if lay.expand else columns
     row_px = max(26.0, min(ROW_PX, 640 / (max(ys) - min(ys) + 3)))
     bottom = min(ys) - 0.8 - 12 / row_px
     top = max(ys) + 0.8 + (22 + (26 if staged else 0) + 4) / row_px
-    margin_lr = 20
-    frame = _Frame(
+    return _Frame(
         -0.7, shown_cols - 0.3, bottom, top, width_px - 2 * margin_lr, (top - bottom) * row_px
     )
-    taken = _Boxes()
-    # markers no wider than a column, so a long graph (ResNet-50: 87 columns) keeps them apart
-    column_px = frame.width_px / (frame.x1 - frame.x0)
-    ring_px = min(RING_PX, max(8.0, 0.9 * column_px))
-    fill_px = min(FILL_PX, max(5.0, 0.62 * ring_px))
 
-    # edges
+
+def _dag_edges(fig: go.Figure, lay: DagLayout) -> None:
+    """Every shown edge as one grey line trace (None-separated segments)."""
     ex: list[float | None] = []
     ey: list[float | None] = []
     for u, v in lay.edges:
@@ -447,7 +422,12 @@ def dag_figure(
         showlegend=False,
     )
 
-    # blocks of identical layers, then the stage bands above them
+
+def _layer_blocks(
+    lay: DagLayout, ops: dict[str, OpPlan], frame: _Frame, taken: _Boxes
+) -> tuple[list[dict], list[dict]]:
+    """A dotted box per shown layer (shaded when it stands for identical copies) and its layer
+    range above it, shortened to the box's width in pixels; the labels' boxes go in ``taken``."""
     shapes, notes = [], []
     for layer, copies, names in lay.blocks:
         bx = [lay.pos[n][0] for n in names]
@@ -482,10 +462,27 @@ def dag_figure(
                     hovertext=f"layers {span}: {copies} identical layer(s), drawn once",
                 )
             )
-    band_shapes, band_notes = stage_bands(plan, lay, top, frame=frame, taken=taken)
-    fig.update_layout(shapes=band_shapes + shapes, annotations=notes + band_notes)
+    return shapes, notes
 
-    # op markers: ring (across hosts) under fill (inside a host), one trace each
+
+@dataclass(frozen=True)
+class _OpClasses:
+    """Per shown op: its split class inside a host, across hosts (None: one host), and how
+    many of the plan ops it stands for are highlighted."""
+
+    inside: dict[str, str]
+    across: dict[str, str | None]
+    diffs: dict[str, int]
+
+
+def _op_markers(
+    fig: go.Figure, plan: Plan, graph: OpGraph, lay: DagLayout, highlight: set[str],
+    baseline: str, *, ring_px: float, fill_px: float,
+) -> _OpClasses:
+    """The op markers: a ring (split across hosts, only when some op spans hosts) under a fill
+    (split inside a host), one trace each; sizes in pixels. Returns the classes drawn."""
+    ops = {op.name: op for op in plan.ops}
+    hosts = host_counts(plan)
     names = list(lay.nodes)
     members = {n: tuple(ops[m] for m in lay.members(n)) for n in names}
     inside = {n: level_class(ops[n], "intra") for n in names}
@@ -493,7 +490,7 @@ def dag_figure(
     diffs = {n: sum(m.name in highlight for m in members[n]) for n in names}
     custom = [
         [
-            lay.groups.relative.get(n, n) if not expand else n,
+            lay.groups.relative.get(n, n) if not lay.expand else n,
             _ranges(m.layer for m in members[n] if m.layer is not None),
         ]
         for n in names
@@ -523,12 +520,19 @@ def dag_figure(
             line=dict(color="white" if multi else "#4b5563", width=2 if multi else 1),
         ),
     )
+    return _OpClasses(inside, across, diffs)
 
-    # labels where they fit (the hover always names the op)
+
+def _op_labels(
+    fig: go.Figure, lay: DagLayout, frame: _Frame, taken: _Boxes, *, marker_px: float,
+    spill_px: float,
+) -> None:
+    """Op names (relative to their layer) where they fit, as one text trace; the hover always
+    names the op. ``marker_px``: the obstacle each marker makes (pixels)."""
+    names = list(lay.nodes)
     texts = {n: lay.groups.relative.get(n, n) for n in names}
     placed = place_labels(
-        names, lay.pos, texts, frame, taken, marker_px=max(ring_px, 32 if highlight else 0),
-        spill_px=margin_lr - 5,
+        names, lay.pos, texts, frame, taken, marker_px=marker_px, spill_px=spill_px
     )
     if placed:
         fig.add_scatter(
@@ -537,15 +541,21 @@ def dag_figure(
             textfont=dict(size=12, color="#374151"), hoverinfo="skip", showlegend=False,
         )
 
-    # legend: one group per level, then the drawing's other marks
+
+def _dag_legend(
+    fig: go.Figure, lay: DagLayout, classes: _OpClasses, highlight: set[str], baseline: str,
+    *, banded: bool,
+) -> None:
+    """Legend keys: one group per level (the classes drawn), then the drawing's other marks
+    (red rings over highlighted ops, stage bands, folded layers)."""
     for klass in SPLIT_CLASSES:
-        if klass in inside.values():
+        if klass in classes.inside.values():
             _legend_key(
                 fig, klass, "legend",
                 dict(size=14, color=SPLIT_COLORS[klass], line=dict(color="white", width=1)),
             )
     for klass in SPLIT_CLASSES:
-        if klass in across.values():
+        if klass in classes.across.values():
             _legend_key(
                 fig, klass + (" (hosts repeat it)" if klass == REPLICATED else ""), "legend2",
                 dict(size=16, symbol="circle-open", color=SPLIT_COLORS[klass],
@@ -553,7 +563,7 @@ def dag_figure(
             )
     extra = []
     if highlight:  # rings drawn over the class markers
-        ringed = [n for n in names if diffs[n]]
+        ringed = [n for n in lay.nodes if classes.diffs[n]]
         fig.add_scatter(
             x=[lay.pos[n][0] for n in ringed] or [None],
             y=[lay.pos[n][1] for n in ringed] or [None],
@@ -561,7 +571,7 @@ def dag_figure(
             legend="legend3",
             marker=dict(size=32, symbol="circle-open", color="#dc2626", line=dict(width=3)),
         )
-    if band_shapes:
+    if banded:
         extra.append(("pipeline stages (shaded bands)",
                       dict(size=16, symbol="square", color=STAGE_FILLS[0], line=dict(width=0))))
     if any(copies > 1 for _, copies, _ in lay.blocks):
@@ -571,6 +581,12 @@ def dag_figure(
     for name, marker in extra:
         _legend_key(fig, name, "legend3", marker)
 
+
+def _dag_style(
+    fig: go.Figure, frame: _Frame, *, expand: bool, title: str | None, margin_lr: int
+) -> go.Figure:
+    """Hidden axes over the frame, the title, and one legend row (28 px) per level used,
+    stacked under the axis title; the height is the frame's plus those rows."""
     fig.update_xaxes(
         showgrid=False, zeroline=False, showticklabels=False, range=[frame.x0, frame.x1]
     )
@@ -602,6 +618,49 @@ def dag_figure(
         margin=dict(l=margin_lr, r=margin_lr, t=90, b=50 + 28 * len(used)), **legends,
     )
     return fig
+
+
+def dag_figure(
+    plan: Plan,
+    graph: OpGraph,
+    *,
+    expand: bool = False,
+    highlight: set[str] | None = None,
+    baseline: str = "",
+    title: str | None = None,
+    layout: DagLayout | None = None,
+    width_px: int = DEFAULT_WIDTH_PX,
+) -> go.Figure:
+    """Plotly DAG coloured by split class per level; ``highlight`` ops get a red ring.
+
+    Folded (the default), every column is in view; expanded, the view opens on the first
+    :data:`MAX_VISIBLE_GENERATIONS` columns. Each marker's ``customdata`` is ``[name relative
+    to its layer, layer range or ""]``, so a reader (or a test) can tell which ops it stands for.
+    """
+    lay = layout or dag_layout(plan, graph, expand=expand)
+    ops = {op.name: op for op in plan.ops}
+    highlight = highlight or set()
+    fig = go.Figure()
+    margin_lr = 20
+    frame = _dag_frame(lay, staged=plan.pipeline is not None, width_px=width_px,
+                       margin_lr=margin_lr)
+    taken = _Boxes()
+    # markers no wider than a column, so a long graph (ResNet-50: 87 columns) keeps them apart
+    column_px = frame.width_px / (frame.x1 - frame.x0)
+    ring_px = min(RING_PX, max(8.0, 0.9 * column_px))
+    fill_px = min(FILL_PX, max(5.0, 0.62 * ring_px))
+    _dag_edges(fig, lay)
+    # blocks of identical layers, then the stage bands above them
+    shapes, notes = _layer_blocks(lay, ops, frame, taken)
+    band_shapes, band_notes = stage_bands(plan, lay, frame.y1, frame=frame, taken=taken)
+    fig.update_layout(shapes=band_shapes + shapes, annotations=notes + band_notes)
+    classes = _op_markers(
+        fig, plan, graph, lay, highlight, baseline, ring_px=ring_px, fill_px=fill_px
+    )
+    _op_labels(fig, lay, frame, taken, marker_px=max(ring_px, 32 if highlight else 0),
+               spill_px=margin_lr - 5)
+    _dag_legend(fig, lay, classes, highlight, baseline, banded=bool(band_shapes))
+    return _dag_style(fig, frame, expand=lay.expand, title=title, margin_lr=margin_lr)
 
 
 def _stage_runs(plan: Plan, lay: DagLayout) -> list[tuple[frozenset[int], float, float]]:

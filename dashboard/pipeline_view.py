@@ -14,6 +14,7 @@ send (to the next stage) and the backward send (to the previous one).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import plotly.graph_objects as go
@@ -250,38 +251,33 @@ def edge_for(stages: int) -> int:
     return EDGE_MICROBATCHES if stages <= 8 else max(2, 64 // stages)
 
 
-def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
-    """The 1F1B timeline of a pipelined plan: one row per stage, forward and backward of each
-    micro-batch (numbered), sends, the gradient sync, the bubble hatched; a long steady state
-    is cut to the first and last ``edge`` micro-batches (default :func:`edge_for`) with a
-    marked gap."""
-    pi = plan.pipeline
-    if pi is None:
-        raise ValueError("plan: a pipelined plan (plan.pipeline is None)")
-    sched = schedule_1f1b(pi)
-    cut = steady_state_cut(sched, edge_for(len(pi.stages)) if edge is None else edge)
-    ms = sched.end_s < 2.0
-    scale, unit = (1e3, "ms") if ms else (1.0, "s")
+def _rounder(sched: Schedule, pi: PipelineInfo, scale: float) -> Callable[[float], float]:
+    """Seconds -> display units (ms or s) rounded to 4-5 significant digits of the step, so
+    the figure's payload stays small."""
     span = max(sched.end_s, pi.step_time_s) * scale
     digits = max(0, 4 - math.floor(math.log10(span))) if span > 0 else 6
 
-    def num(t: float) -> float:  # 4-5 significant digits of the step: a small payload
+    def num(t: float) -> float:
         return round(t * scale, digits)
 
-    rows = [stage_tick(st, len(pi.stages)) for st in pi.stages]
-    fig = go.Figure()
-    blocks = drawn_blocks(sched, cut)
-    # the bubble: each row hatched underneath, so whatever the blocks leave uncovered is idle
-    idle = [0.0] * len(rows)
+    return num
+
+
+def _idle_bars(
+    fig: go.Figure, sched: Schedule, cut: Cut | None, rows: int, num: Callable[[float], float]
+) -> None:
+    """The bubble: each of ``rows`` rows hatched underneath (both sides of a cut), so whatever
+    the blocks leave uncovered reads as idle; the hover gives each stage's idle seconds."""
+    idle = [0.0] * rows
     for b in sched.blocks:
         if b.kind == "idle":
             idle[b.stage] += b.end - b.start
     pieces = [(0.0, cut.lo), (cut.x(cut.hi), cut.x(sched.end_s))] if cut else [(0.0, sched.end_s)]
     name, color = KINDS["idle"]
     fig.add_bar(
-        y=[i for i in range(len(rows)) for _ in pieces],
-        x=[num(b - a) for _ in rows for a, b in pieces],
-        base=[num(a) for _ in rows for a, _ in pieces],
+        y=[i for i in range(rows) for _ in pieces],
+        x=[num(b - a) for _ in range(rows) for a, b in pieces],
+        base=[num(a) for _ in range(rows) for a, _ in pieces],
         orientation="h",
         name=name,
         marker=dict(
@@ -294,6 +290,13 @@ def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
         width=0.62,
         legendrank=2000,  # drawn first (underneath), listed after the work
     )
+
+
+def _work_bars(
+    fig: go.Figure, blocks: list[Block], num: Callable[[float], float], unit: str
+) -> None:
+    """One bar trace per block kind (forward, backward, send, sync) in drawn coordinates;
+    forwards and backwards numbered with their micro-batch (1-based)."""
     what = {
         "forward": "forward of micro-batch %{text}",
         "backward": "backward of micro-batch %{text}",
@@ -319,34 +322,42 @@ def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
             hovertemplate=f"stage %{{y}}: {what[kind]}, %{{x:.3g}} {unit}<extra></extra>",
             width=0.62,
         )
-    if cut is not None:
-        x0, x1 = cut.lo * scale, (cut.lo + cut.gap) * scale
-        left_out = f"{fmt_seconds(cut.hi - cut.lo)} of steady state"
-        fig.add_bar(  # the gap marker: one dotted column over every row
-            y=list(range(len(rows))),
-            x=[round(x1 - x0, 6)] * len(rows),
-            base=[round(x0, 6)] * len(rows),
-            orientation="h",
-            name=f"not drawn: {left_out}",
-            marker=dict(
-                color="white",
-                line=dict(color="#6b7280", width=1),
-                pattern=dict(shape=".", fgcolor="#6b7280", size=5),
-            ),
-            hovertemplate=f"left out: {left_out} (most of micro-batches "
-            f"{cut.first + 1}–{cut.last + 1})<extra></extra>",
-            width=0.9,
-        )
-        fig.add_annotation(
-            x=(x0 + x1) / 2,
-            y=-0.5,
-            yref="y",
-            yanchor="bottom",
-            showarrow=False,
-            text=f"⋯ {left_out} ⋯",
-            font=dict(size=12, color="#374151"),
-            bgcolor="white",
-        )
+
+
+def _cut_marker(fig: go.Figure, cut: Cut, scale: float, rows: int) -> None:
+    """The left-out steady state: a dotted column over every row and a label naming how many
+    seconds it stands for (x in display units, ``scale`` per second)."""
+    x0, x1 = cut.lo * scale, (cut.lo + cut.gap) * scale
+    left_out = f"{fmt_seconds(cut.hi - cut.lo)} of steady state"
+    fig.add_bar(  # the gap marker: one dotted column over every row
+        y=list(range(rows)),
+        x=[round(x1 - x0, 6)] * rows,
+        base=[round(x0, 6)] * rows,
+        orientation="h",
+        name=f"not drawn: {left_out}",
+        marker=dict(
+            color="white",
+            line=dict(color="#6b7280", width=1),
+            pattern=dict(shape=".", fgcolor="#6b7280", size=5),
+        ),
+        hovertemplate=f"left out: {left_out} (most of micro-batches "
+        f"{cut.first + 1}–{cut.last + 1})<extra></extra>",
+        width=0.9,
+    )
+    fig.add_annotation(
+        x=(x0 + x1) / 2,
+        y=-0.5,
+        yref="y",
+        yanchor="bottom",
+        showarrow=False,
+        text=f"⋯ {left_out} ⋯",
+        font=dict(size=12, color="#374151"),
+        bgcolor="white",
+    )
+
+
+def _step_marker(fig: go.Figure, pi: PipelineInfo, cut: Cut | None, scale: float) -> None:
+    """A dashed line at the engine's step time (drawn coordinates, display units), labelled."""
     step_x = (cut.x(pi.step_time_s) if cut else pi.step_time_s) * scale
     fig.add_vline(x=step_x, line=dict(color="#111827", dash="dash", width=1.5))
     fig.add_annotation(
@@ -360,6 +371,13 @@ def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
         font=dict(size=12),
         bgcolor="rgba(255,255,255,0.85)",
     )
+
+
+def _gantt_axes(
+    fig: go.Figure, sched: Schedule, pi: PipelineInfo, cut: Cut | None, scale: float,
+    rows: list[str],
+) -> None:
+    """Time ticks labelled with real times (both sides of a cut), stages top to bottom."""
     vals, text = _ticks(sched, cut, scale)
     right = max(sched.end_s, pi.step_time_s)
     fig.update_xaxes(
@@ -377,6 +395,12 @@ def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
         automargin=True,
     )
     fig.update_layout(barmode="overlay", uniformtext=dict(minsize=12, mode="hide"))
+
+
+def _gantt_style(
+    fig: go.Figure, pi: PipelineInfo, cut: Cut | None, unit: str, rows: int
+) -> go.Figure:
+    """Title, axis title and a height that grows with the ``rows`` (stages); legend at the foot."""
     title = (
         f"1F1B pipeline schedule: {len(pi.stages)} stages × {pi.microbatches} micro-batches "
         f"of {pi.micro_batch_size} · bubble {100 * pi.bubble_fraction:.0f}% · "
@@ -386,8 +410,7 @@ def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
         fig,
         title,
         x=f"time in the step ({unit})" + (", steady state cut (dotted)" if cut else ""),
-        height=230 + (60 if len(rows) <= 8 else 50 if len(rows) <= TWO_LINE_STAGES else 28)
-        * len(rows),
+        height=230 + (60 if rows <= 8 else 50 if rows <= TWO_LINE_STAGES else 28) * rows,
         legend_below=True,
     )
     # the legend at the figure's foot, clear of the axis title whatever the height
@@ -395,6 +418,31 @@ def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
         legend=dict(yref="container", y=0, yanchor="bottom"), margin=dict(l=10, b=120)
     )
     return fig
+
+
+def gantt_figure(plan: Plan, *, edge: int | None = None) -> go.Figure:
+    """The 1F1B timeline of a pipelined plan: one row per stage, forward and backward of each
+    micro-batch (numbered), sends, the gradient sync, the bubble hatched; a long steady state
+    is cut to the first and last ``edge`` micro-batches (default :func:`edge_for`) with a
+    marked gap."""
+    pi = plan.pipeline
+    if pi is None:
+        raise ValueError("plan: a pipelined plan (plan.pipeline is None)")
+    sched = schedule_1f1b(pi)
+    cut = steady_state_cut(sched, edge_for(len(pi.stages)) if edge is None else edge)
+    ms = sched.end_s < 2.0
+    scale, unit = (1e3, "ms") if ms else (1.0, "s")
+    num = _rounder(sched, pi, scale)
+    rows = [stage_tick(st, len(pi.stages)) for st in pi.stages]
+    fig = go.Figure()
+    blocks = drawn_blocks(sched, cut)
+    _idle_bars(fig, sched, cut, len(rows), num)
+    _work_bars(fig, blocks, num, unit)
+    if cut is not None:
+        _cut_marker(fig, cut, scale, len(rows))
+    _step_marker(fig, pi, cut, scale)
+    _gantt_axes(fig, sched, pi, cut, scale, rows)
+    return _gantt_style(fig, pi, cut, unit, len(rows))
 
 
 # ---- ops of each stage --------------------------------------------------------------------
