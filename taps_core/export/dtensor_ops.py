@@ -341,7 +341,7 @@ def _residual_readers(wl: Workload) -> dict[str, str]:
 def dtensor_ops_python(data: dict[str, Any]) -> str:
     """The per-op export as a runnable Python module (imports torch when run)."""
     src = data["source"]
-    stages = [{k: v for k, v in st.items() if k != "stage"} for st in data["stages"]]
+    stages = data["stages"]
     lines = [
         f'"""DTensor placements per op exported by TAPS Planner: plan {src["label"]!r} of '
         f"{src['model']} on {src['topology']} ({src['mode']}).",
@@ -354,7 +354,8 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
         "from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor",
         "",
         "# per pipeline stage (one entry without stages): mesh, parameter and module-input",
-        "# placements per mesh dimension ('R' replicated, 'S(j)' sharded on tensor dim j)",
+        "# placements per mesh dimension ('R' replicated, 'S(j)' sharded on tensor dim j), and",
+        "# for a pipeline the stage's layers and hosts",
         f"STAGES = {json.dumps(stages)}",
         "",
         "",
@@ -382,8 +383,11 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
         "    return x",
         "",
         "",
-        "def parallelize(model: torch.nn.Module, mesh: DeviceMesh, stage: int = 0):",
-        '    """Place every parameter and buffer; redistribute each planned module\'s input."""',
+        "def parallelize(model: torch.nn.Module, mesh: DeviceMesh, stage: int = 0,",
+        "                src_data_rank: int | None = 0):",
+        '    """Place every parameter and buffer; redistribute each planned module\'s input.',
+        "    src_data_rank: the rank whose weights are scattered (None: every rank already holds",
+        '    the same weights, e.g. seeded alike, and keeps its own shard: no communication)."""',
         "    st = STAGES[stage]",
         "    done = {}  # a tied parameter (LM head = embedding) stays one parameter",
         "    for mod_name, mod in model.named_modules():",
@@ -391,7 +395,8 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
         '            full = f"{mod_name}.{attr}" if mod_name else attr',
         "            if id(p) not in done:",
         '                codes = st["params"].get(full, ["R"] * mesh.ndim)',
-        "                dp = distribute_tensor(p.data, mesh, _placements(codes))",
+        "                dp = distribute_tensor(p.data, mesh, _placements(codes),",
+        "                                       src_data_rank=src_data_rank)",
         "                done[id(p)] = (p, torch.nn.Parameter(dp, p.requires_grad))",
         "            mod.register_parameter(attr, done[id(p)][1])  # (p kept: ids stay unique)",
         "        for attr, b in list(mod.named_buffers(recurse=False)):",
@@ -422,9 +427,12 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
         "def shard_batch(mesh: DeviceMesh, input_ids: torch.Tensor, labels: torch.Tensor,",
         "                stage: int = 0):",
         '    """The whole batch (the same on every rank) as DTensors in the plan\'s layouts."""',
-        "    st = STAGES[stage]",
-        '    ids = distribute_tensor(input_ids, mesh, _placements(st["input_ids"]))',
-        '    lab = distribute_tensor(labels, mesh, _placements(st["labels"]))',
+        "    st = STAGES[stage]  # (a middle stage takes neither; the first one the ids, the last",
+        "    # one the labels: None for what the stage does not take)",
+        '    ids = distribute_tensor(input_ids, mesh, _placements(st["input_ids"])) if "input_ids" '
+        "in st else None",
+        '    lab = distribute_tensor(labels, mesh, _placements(st["labels"])) if "labels" in st '
+        "else None",
         "    return ids, lab",
         "",
         "",
