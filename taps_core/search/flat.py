@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology
@@ -20,7 +20,14 @@ from taps_core.plan.evaluate import evaluate
 from taps_core.plan.records import OpChoice, Plan, SearchInfo
 from taps_core.search.chain_memory import MEMORY_STEPS
 from taps_core.search.layered import Assignment
-from taps_core.search.memory_bound import Bounds, FrontSearch, dual_bounds, evaluate_at, memory_of
+from taps_core.search.memory_bound import (
+    Bounds,
+    FrontSearch,
+    Solved,
+    dual_bounds,
+    evaluate_at,
+    memory_of,
+)
 from taps_core.search.memory_fit import within_limit
 from taps_core.search.problem import SearchProblem, StrategyFilter, build_problem
 from taps_core.solver.fronts import KnotError, TruncatedError
@@ -54,7 +61,7 @@ def _fit_memory(
     (seconds): nothing here can beat a plan already found."""
     start = time.perf_counter()
     fast, lean, bounds = _lagrangian(problem, limit, cutoff)
-    algorithm = "dp-layered" if fast[0].stats.get("layered") else "dp-elimination"
+    algorithm = "dp-layered" if fast.plan.stats.get("layered") else "dp-elimination"
     count = problem.num_strategies
 
     def info(status: str, lower: float | None, note: str, lam: float = 0.0) -> SearchInfo:
@@ -69,11 +76,12 @@ def _fit_memory(
         )
 
     if lean is None:
-        return fast[0], info("optimal", fast[1], ""), fast[1]
+        return fast.plan, info("optimal", fast.time_s, ""), fast.time_s
     if bounds is None:
         raise _NoFitError(
-            fast[1],
-            f"memory: the leanest plan needs {lean[2] / GiB:.3g} GiB per device for {mode}, "
+            fast.time_s,
+            f"memory: the leanest plan needs {lean.memory_bytes / GiB:.3g} GiB per device for "
+            f"{mode}, "
             f"over the {limit / GiB:.3g} GiB limit; use more GPUs or a smaller batch"
             + ("" if mode == "infer" else ", or plan inference")
         )
@@ -82,16 +90,16 @@ def _fit_memory(
         return bounds.best, info(
             "optimal", bounds.lower, "memory limit binds; optimal by the Lagrangian bound",
             bounds.lam,
-        ), fast[1]
+        ), fast.time_s
     if not exact_fronts:
         return bounds.best, info(
             "feasible", bounds.lower,
             f"memory limit binds; best plan within {gap:.3g} s of the Lagrangian bound "
             "(the exact front search not asked for)", bounds.lam,
-        ), fast[1]
+        ), fast.time_s
     exact, tried, unproven = _deepening(problem, limit, bounds, deadline, cutoff)
     if exact is None and tried < 0:
-        raise _SlowerError(fast[1])  # proven: every fitting plan is no faster than the cutoff
+        raise _SlowerError(fast.time_s)  # proven: every fitting plan is no faster than the cutoff
     if exact is None:
         return bounds.best, info(
             "feasible",
@@ -99,7 +107,7 @@ def _fit_memory(
             f"memory limit binds; best plan within {gap:.3g} s of the Lagrangian bound "
             f"(the exact front search outgrew its budget or time at a {tried:.3g} s gap)",
             bounds.lam,
-        ), fast[1]
+        ), fast.time_s
     if unproven is not None:
         better = exact if exact.cost < bounds.best_time else bounds.best
         cost = min(exact.cost, bounds.best_time)
@@ -109,17 +117,14 @@ def _fit_memory(
             f"memory limit binds; best plan within {cost - unproven:.3g} s of a proven bound "
             f"(the layer chain's memory counted in {MEMORY_STEPS} steps)",
             bounds.lam,
-        ), fast[1]
+        ), fast.time_s
     return exact, info(
         "optimal",
         exact.cost,
         f"memory limit binds; exact over (time, memory) fronts within the "
         f"{gap:.3g} s dual gap",
         bounds.lam,
-    ), fast[1]
-
-
-Solved = tuple[Assignment, float, float]  # (plan, seconds, bytes per device) of evaluate_at
+    ), fast.time_s
 
 
 def _lagrangian(
@@ -129,16 +134,16 @@ def _lagrangian(
     that fits, the Lagrangian bounds. Raises :class:`_SlowerError` as soon as one of them
     proves no plan within the limit beats ``cutoff`` (seconds)."""
     fast = evaluate_at(problem, 0.0)
-    if fast[1] >= cutoff * (1 - 1e-12):
-        raise _SlowerError(fast[1])
-    if fast[2] <= limit:
+    if fast.time_s >= cutoff * (1 - 1e-12):
+        raise _SlowerError(fast.time_s)
+    if fast.memory_bytes <= limit:
         return fast, None, None
     lean = evaluate_at(problem, LEANEST_WEIGHT)
-    if lean[2] > limit:
+    if lean.memory_bytes > limit:
         return fast, lean, None
     bounds = dual_bounds(problem, limit, fast, lean, cutoff)
     if bounds.lower >= cutoff * (1 - 1e-12):
-        raise _SlowerError(fast[1])  # proven: no fitting plan here beats the one in hand
+        raise _SlowerError(fast.time_s)  # proven: no fitting plan here beats the one in hand
     return fast, lean, bounds
 
 
@@ -262,6 +267,20 @@ def search_flat(
     return within_limit(run, limit)
 
 
+@dataclass(frozen=True)
+class _Found:
+    """The best plan so far over micro-batch counts: its step (s), memory per device (bytes),
+    micro-batch count, micro-batch graph, problem, solution and search record."""
+
+    cost_s: float
+    memory_bytes: float
+    microbatches: int
+    graph: OpGraph
+    problem: SearchProblem
+    solution: Assignment
+    info: SearchInfo
+
+
 def search_flat_at(
     graph: OpGraph,
     topology: Topology,
@@ -293,14 +312,14 @@ def search_flat_at(
     # gradient accumulation: k micro-batches never run faster than k's divisors do without a
     # memory limit, so a count is searched only while that bound can still beat the best
     free: dict[int, float] = {}
-    best: tuple[float, float, int, OpGraph, SearchProblem, Assignment, SearchInfo] | None = None
+    best: _Found | None = None
     explored: list[SearchInfo] = []
     error: InfeasibleError | None = None
     unexplored: list[float] = []
     cut = False  # some count was skipped as no faster than the cutoff
     for k in microbatch_counts(graph, topology, mode):
         bound = max((free[d] for d in free if k % d == 0), default=0.0)
-        bar = min(best[0] if best is not None else math.inf, cutoff_s)
+        bar = min(best.cost_s if best is not None else math.inf, cutoff_s)
         if bound >= bar * (1 - 1e-12):
             cut = cut or best is None
             continue
@@ -325,8 +344,8 @@ def search_flat_at(
             continue
         explored.append(info)
         memory = memory_of(sub, sol)
-        if best is None or (sol.cost, memory) < best[:2]:
-            best = (sol.cost, memory, k, g_k, sub, sol, info)
+        if best is None or (sol.cost, memory) < (best.cost_s, best.memory_bytes):
+            best = _Found(sol.cost, memory, k, g_k, sub, sol, info)
         if sol.cost <= free[k] * (1 + 1e-12):
             break  # the unconstrained optimum fits: more micro-batches cannot be faster
     if best is None and (cut or error is None):
@@ -334,7 +353,9 @@ def search_flat_at(
     if best is None:
         assert error is not None
         raise InfeasibleError(str(error))
-    cost, _, k, g_k, problem, sol, info = best
+    cost, k, g_k, problem, sol, info = (
+        best.cost_s, best.microbatches, best.graph, best.problem, best.solution, best.info
+    )
     lower = min(
         [(x.lower_bound_s if x.lower_bound_s is not None else cost) for x in explored]
         + unexplored

@@ -149,13 +149,13 @@ def _options(
 
 def _solve_flat(problem: SearchProblem, weight: float) -> Assignment:
     """Whole graph in one elimination, once per recomputation variant."""
-    best: tuple[float, dict[str, int], bool, dict[str, Any]] | None = None
-    for rc in variants(problem):
-        sol = solve(problem.cost_graph(weight, recompute=rc))
-        if best is None or sol.cost < best[0]:
-            best = (sol.cost, sol.strategies, rc, sol.stats)
+    best, rc = None, False  # the cheapest solution and its recomputation variant
+    for variant in variants(problem):
+        sol = solve(problem.cost_graph(weight, recompute=variant))
+        if best is None or sol.cost < best.cost:
+            best, rc = sol, variant
     assert best is not None
-    cost, choice, rc, stats = best
+    cost, choice, stats = best.cost, best.strategies, best.stats
     rc_of = {n: rc for n in choice if problem.layer.get(n) is not None}
     layers = {lay: rc for n, lay in problem.layer.items() if lay is not None}
     return Assignment(
@@ -190,15 +190,15 @@ def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Assignm
     last = chain.exits[-1]
     middle = {n for lay in chain.layers[1:] for n in lay}
     top_nodes = (set(problem.option_time) - middle) | {last}
-    best: tuple[float, dict[str, int], bool, dict[str, Any]] | None = None
-    for rc in variants(problem, top_nodes - {last, entry}):
-        top = problem.cost_graph(memory_weight, nodes=top_nodes, recompute=rc)
+    best, top_rc = None, False  # the cheapest top solution and its recomputation variant
+    for variant in variants(problem, top_nodes - {last, entry}):
+        top = problem.cost_graph(memory_weight, nodes=top_nodes, recompute=variant)
         top = CostGraph(top.node_costs, (*top.edges, (entry, last, stack)))
         sol = solve(top)
-        if best is None or sol.cost < best[0]:
-            best = (sol.cost, sol.strategies, rc, sol.stats)
+        if best is None or sol.cost < best.cost:
+            best, top_rc = sol, variant
     assert best is not None
-    cost, top_choice, top_rc, stats = best
+    cost, top_choice, stats = best.cost, best.strategies, best.stats
     choice = dict(top_choice)
     rc_of = {n: top_rc for n in top_choice if problem.layer.get(n) is not None}
     layers = {problem.layer[n]: top_rc for n in top_choice if problem.layer.get(n) is not None}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -53,18 +54,26 @@ def memory_of(problem: SearchProblem, sol: Assignment) -> float:
     return total
 
 
-def evaluate_at(problem: SearchProblem, lam: float) -> tuple[Assignment, float, float]:
-    """Solve at multiplier ``lam``: (plan, its seconds, its bytes per device)."""
-    sol = solve_problem(problem, lam)
+class Solved(NamedTuple):
+    """A plan solved at one Lagrange multiplier: the plan, its time and its memory."""
+
+    plan: Assignment
+    time_s: float
+    memory_bytes: float
+
+
+def evaluate_at(problem: SearchProblem, lam_s_per_byte: float) -> Solved:
+    """Solve at multiplier ``lam_s_per_byte`` (seconds per byte of memory)."""
+    sol = solve_problem(problem, lam_s_per_byte)
     m = memory_of(problem, sol)
-    return sol, sol.cost - lam * m, m
+    return Solved(sol, sol.cost - lam_s_per_byte * m, m)
 
 
 def dual_bounds(
     problem: SearchProblem,
     limit: float,
-    fast: tuple[Assignment, float, float],
-    lean: tuple[Assignment, float, float],
+    fast: Solved,
+    lean: Solved,
     cutoff: float = math.inf,
 ) -> Bounds:
     """Maximise the Lagrangian dual from two (plan, seconds, bytes): the unconstrained optimum

@@ -194,14 +194,15 @@ def search_pipeline(
     work = sum(graph.flops(op) for op in graph.ops) * 3.0  # forward + backward of the step
     floor_s = work / (peak * topology.num_gpus)  # every GPU busy, no bubble, no comm
     cache: dict[tuple, _StagePlan | None] = {}
-    best: tuple[float, Plan] | None = None
+    best: Plan | None = None  # the fastest pipeline so far, scored by ``best_score`` (s)
+    best_score = math.inf
     tried = 0
     worse_in_a_row = 0
     for p in counts:
         hosts = nodes // p
         best_p: float | None = None
         for m in _microbatch_options(batch, hosts, p):
-            if best is not None and floor_s * (m + p - 1) / m >= best[0]:
+            if best is not None and floor_s * (m + p - 1) / m >= best_score:
                 continue  # even a perfectly balanced, silent pipeline is slower
             if time.perf_counter() > deadline:
                 break
@@ -215,8 +216,8 @@ def search_pipeline(
                     SCOUT_STAGE_BUDGET_S,
                 )
                 score = None if plan is None else objective(plan, cost_model)
-                if score is not None and (best is None or score < best[0]):
-                    best = (score, plan)
+                if score is not None and (best is None or score < best_score):
+                    best, best_score = plan, score
                     chosen = (micro, p, m, split)
                 if score is not None and (best_m is None or score < best_m):
                     best_m = score
@@ -224,7 +225,7 @@ def search_pipeline(
                 break  # more micro-batches stopped paying: smaller ones per GPU are slower
             if best_m is not None and (best_p is None or best_m < best_p):
                 best_p = best_m
-        if best_p is not None and best is not None and best_p > best[0]:
+        if best_p is not None and best is not None and best_p > best_score:
             worse_in_a_row += 1
             if worse_in_a_row >= 2:
                 break  # fewer, larger stages kept getting slower
@@ -232,7 +233,7 @@ def search_pipeline(
             worse_in_a_row = 0
     if best is None:
         return None
-    plan = best[1]
+    plan = best
     if plan.search.status != "optimal" and time.perf_counter() < deadline:
         # the scouting stage searches were cut short: plan the chosen setting in full
         micro, p, m, split = chosen
@@ -240,7 +241,7 @@ def search_pipeline(
             micro, topology, links, mode, cost_model, limit, p, m, split, span[0], {},
             allow_for, space, deadline,
         )
-        if again is not None and objective(again, cost_model) <= best[0] * (1 + 1e-12):
+        if again is not None and objective(again, cost_model) <= best_score * (1 + 1e-12):
             plan = again
     # "optimal" is never claimed for a pipeline: its stage plans may be proven optimal, but
     # the stage count, layer split and micro-batch count come from a guided enumeration
