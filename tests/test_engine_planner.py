@@ -378,7 +378,7 @@ def test_zero_stage_pruning_by_relaxation_never_prunes_a_better_plan():
     best = sol.cost
     for above in (1 + 1e-9, 1.01, 2.0):
         _lagrangian(problem, limit, best * above)  # proves nothing: no raise
-        _, kept, _, _ = _best_zero_stage(problem, limit, "train", cutoff=best * above)
+        _, kept, _, _ = _best_zero_stage(problem, limit, "train", cutoff_s=best * above)
         assert kept.cost == pytest.approx(best, rel=1e-12)
     with pytest.raises(_SlowerError):
         _lagrangian(problem, limit, fast[1] * 0.999)

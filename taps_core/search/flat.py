@@ -47,9 +47,9 @@ FIRST_GAP_FRACTION = 1 / 64  # the first front search keeps points this close to
 
 def _fit_memory(
     problem: SearchProblem,
-    limit: float,
+    limit_bytes: float,
     mode: str,
-    cutoff: float = math.inf,
+    cutoff_s: float = math.inf,
     deadline: float = math.inf,
     exact_fronts: bool = True,
 ) -> tuple[Assignment, SearchInfo, float]:
@@ -60,7 +60,7 @@ def _fit_memory(
     Raises :class:`_SlowerError` when even the unconstrained optimum is not below ``cutoff``
     (seconds): nothing here can beat a plan already found."""
     start = time.perf_counter()
-    fast, lean, bounds = _lagrangian(problem, limit, cutoff)
+    fast, lean, bounds = _lagrangian(problem, limit_bytes, cutoff_s)
     algorithm = "dp-layered" if fast.plan.stats.get("layered") else "dp-elimination"
     count = problem.num_strategies
 
@@ -82,7 +82,7 @@ def _fit_memory(
             fast.time_s,
             f"memory: the leanest plan needs {lean.memory_bytes / GiB:.3g} GiB per device for "
             f"{mode}, "
-            f"over the {limit / GiB:.3g} GiB limit; use more GPUs or a smaller batch"
+            f"over the {limit_bytes / GiB:.3g} GiB limit; use more GPUs or a smaller batch"
             + ("" if mode == "infer" else ", or plan inference")
         )
     gap = bounds.best_time - bounds.lower
@@ -97,7 +97,7 @@ def _fit_memory(
             f"memory limit binds; best plan within {gap:.3g} s of the Lagrangian bound "
             "(the exact front search not asked for)", bounds.lam,
         ), fast.time_s
-    exact, tried, unproven = _deepening(problem, limit, bounds, deadline, cutoff)
+    exact, tried, unproven = _deepening(problem, limit_bytes, bounds, deadline, cutoff_s)
     if exact is None and tried < 0:
         raise _SlowerError(fast.time_s)  # proven: every fitting plan is no faster than the cutoff
     if exact is None:
@@ -128,21 +128,21 @@ def _fit_memory(
 
 
 def _lagrangian(
-    problem: SearchProblem, limit: float, cutoff: float
+    problem: SearchProblem, limit_bytes: float, cutoff_s: float
 ) -> tuple[Solved, Solved | None, Bounds | None]:
     """The unconstrained optimum; when it overflows ``limit`` bytes, the leanest plan; when
     that fits, the Lagrangian bounds. Raises :class:`_SlowerError` as soon as one of them
     proves no plan within the limit beats ``cutoff`` (seconds)."""
     fast = evaluate_at(problem, 0.0)
-    if fast.time_s >= cutoff * (1 - 1e-12):
+    if fast.time_s >= cutoff_s * (1 - 1e-12):
         raise _SlowerError(fast.time_s)
-    if fast.memory_bytes <= limit:
+    if fast.memory_bytes <= limit_bytes:
         return fast, None, None
     lean = evaluate_at(problem, LEANEST_WEIGHT)
-    if lean.memory_bytes > limit:
+    if lean.memory_bytes > limit_bytes:
         return fast, lean, None
-    bounds = dual_bounds(problem, limit, fast, lean, cutoff)
-    if bounds.lower >= cutoff * (1 - 1e-12):
+    bounds = dual_bounds(problem, limit_bytes, fast, lean, cutoff_s)
+    if bounds.lower >= cutoff_s * (1 - 1e-12):
         raise _SlowerError(fast.time_s)  # proven: no fitting plan here beats the one in hand
     return fast, lean, bounds
 
@@ -169,10 +169,10 @@ class _NoFitError(InfeasibleError):
 
 def _deepening(
     problem: SearchProblem,
-    limit: float,
+    limit_bytes: float,
     bounds: Bounds,
     deadline: float = math.inf,
-    cutoff: float = math.inf,
+    cutoff_s: float = math.inf,
 ) -> tuple[Assignment | None, float, float | None]:
     """Front searches with a growing gap until one proves its answer: a pass keeping every plan
     within ``g`` of the dual bound is exact once its best time is within ``g`` of it too. No
@@ -181,12 +181,12 @@ def _deepening(
 
     Returns (plan, gap tried, lower bound when the plan is not proven optimal)."""
     try:
-        fs = FrontSearch.prepare(problem, limit, bounds.lam)
+        fs = FrontSearch.prepare(problem, limit_bytes, bounds.lam)
     except KnotError:  # no series-parallel schedule: the dual gap stands
         return None, 0.0, None
     full = bounds.best_time - bounds.lower
-    if cutoff < bounds.best_time:
-        full = cutoff - bounds.lower
+    if cutoff_s < bounds.best_time:
+        full = cutoff_s - bounds.lower
     g = full * FIRST_GAP_FRACTION
     kept: tuple[Assignment | None, float, float | None] | None = None
     while True:
@@ -204,7 +204,7 @@ def _deepening(
         if found is not None and found.cost - bounds.lower <= g * (1 + 1e-9):
             return found, g, None
         if g >= full:
-            if found is None and cutoff < bounds.best_time:
+            if found is None and cutoff_s < bounds.best_time:
                 return None, -1.0, None
             return found, g, None
         g = min(full, g * 4)
@@ -430,9 +430,9 @@ def useful_zero_stages(mode: str, microbatches: int = 1) -> tuple[int, ...]:
 
 def _best_zero_stage(
     problem: SearchProblem,
-    limit: float,
+    limit_bytes: float,
     mode: str,
-    cutoff: float = math.inf,
+    cutoff_s: float = math.inf,
     deadline: float = math.inf,
     stages: tuple[int, ...] | None = None,
     exact_fronts: bool = True,
@@ -446,18 +446,18 @@ def _best_zero_stage(
     op free to take any ZeRO stage (a relaxation of each plan-wide stage) is bounded once:
     when even it cannot beat ``cutoff`` within the limit, every stage is pruned at once."""
     stages = stages or useful_zero_stages(mode, problem.microbatches)
-    if len(stages) > 1 and math.isfinite(cutoff):
+    if len(stages) > 1 and math.isfinite(cutoff_s):
         # any ZeRO stage per op: its bound is below every plan-wide stage's; raises when it
         # already proves the cutoff out of reach
-        _lagrangian(problem, limit, cutoff)
+        _lagrangian(problem, limit_bytes, cutoff_s)
     found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
     error: InfeasibleError | None = None
     free = math.inf
     for zero in stages:
         sub = problem.restricted(zero)
-        bar = min((x[3] for x in found), default=cutoff)
+        bar = min((x[3] for x in found), default=cutoff_s)
         try:
-            sol, info, fast = _fit_memory(sub, limit, mode, bar, deadline, exact_fronts)
+            sol, info, fast = _fit_memory(sub, limit_bytes, mode, bar, deadline, exact_fronts)
         except _NoFitError as err:
             error = err
             free = min(free, err.free_time_s)

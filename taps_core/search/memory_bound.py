@@ -71,10 +71,10 @@ def evaluate_at(problem: SearchProblem, lam_s_per_byte: float) -> Solved:
 
 def dual_bounds(
     problem: SearchProblem,
-    limit: float,
+    limit_bytes: float,
     fast: Solved,
     lean: Solved,
-    cutoff: float = math.inf,
+    cutoff_s: float = math.inf,
 ) -> Bounds:
     """Maximise the Lagrangian dual from two (plan, seconds, bytes): the unconstrained optimum
     ``fast`` (over the limit) and a plan ``lean`` that fits. Stops as soon as the bound reaches
@@ -91,18 +91,18 @@ def dual_bounds(
         cand = (hi_t - lo_t) / (lo_m - hi_m)  # where the two lines cross
         sol, t, m = evaluate_at(problem, cand)
         solves += 1
-        value = t + cand * (m - limit)
+        value = t + cand * (m - limit_bytes)
         if value > lower:
             lower, lam = value, cand
-        if lower >= cutoff * (1 - 1e-12):
+        if lower >= cutoff_s * (1 - 1e-12):
             break
-        if m <= limit and t < best_t:
+        if m <= limit_bytes and t < best_t:
             best, best_t = sol, t
-        envelope = lo_t + cand * (lo_m - limit)
+        envelope = lo_t + cand * (lo_m - limit_bytes)
         if value >= envelope - 1e-12 * max(abs(envelope), 1e-30):
             lam = cand  # no new line: cand maximises the dual
             break
-        if m > limit:
+        if m > limit_bytes:
             lo_t, lo_m = t, m
         else:
             hi_sol, hi_t, hi_m = sol, t, m
@@ -186,20 +186,24 @@ class FrontSearch:
     """A schedule with its values and outsides at one multiplier, ready for front passes."""
 
     problem: SearchProblem
-    limit: float
-    lam: float
+    limit_bytes: float  # memory per device
+    lam_s_per_byte: float  # the Lagrange multiplier the fronts are pruned at
     schedule: fronts.Schedule
     chain: Chain | None
-    least: float  # least value of the whole problem at ``lam`` (seconds)
+    least: float  # least value of the whole problem at ``lam_s_per_byte`` (seconds)
     outsides: dict[int, np.ndarray]
 
     @classmethod
-    def prepare(cls, problem: SearchProblem, limit: float, lam: float) -> FrontSearch:
+    def prepare(
+        cls, problem: SearchProblem, limit_bytes: float, lam_s_per_byte: float
+    ) -> FrontSearch:
+        """The schedule, its values and outsides at multiplier ``lam_s_per_byte``."""
         sched, chain = build_schedule(problem)
-        values = fronts.forward_values(sched, _scalar_inputs(problem, sched, lam))
+        values = fronts.forward_values(sched, _scalar_inputs(problem, sched, lam_s_per_byte))
         least = float(values[sched.final])
         return cls(
-            problem, limit, lam, sched, chain, least, fronts.backward_outsides(sched, values)
+            problem, limit_bytes, lam_s_per_byte, sched, chain, least,
+            fronts.backward_outsides(sched, values),
         )
 
     def run(
@@ -211,10 +215,11 @@ class FrontSearch:
         A chain of layers is solved by the chain's memory DP (:func:`chain_plan`); ``squaring``
         composes the layers' fronts by repeated squaring instead (exact too, but fronts of
         mixed layers grow fast: a cross-check for small problems)."""
-        problem, limit = self.problem, self.limit
+        problem, limit = self.problem, self.limit_bytes
         floors = sum(problem.min_memory(n) for n in problem.option_time)
-        rules = Rules(self.lam, best_time + self.lam * limit, limit, floors, deadline)
-        if self.least > rules.target + rules.slack():
+        lam = self.lam_s_per_byte
+        rules = Rules(lam, best_time + lam * limit, limit, floors, deadline)
+        if self.least > rules.target_s + rules.slack():
             return None
         tables: dict[int, FrontTable] = {}
         for i, spec in self.schedule.inputs.items():

@@ -19,27 +19,27 @@ from taps_core.units import GiB
 TRANSIENT_RETRIES = 3  # searches with a tightened limit when transient buffers overflow it
 
 
-def within_limit(run: Callable[[float], Plan], limit: float) -> Plan:
+def within_limit(run: Callable[[float], Plan], limit_bytes: float) -> Plan:
     """``run(search_limit)`` until its plan fits ``limit`` bytes per device, exactly counted
     (see the module docstring): the first plan stands when it fits (optimal if its search
     proved it); otherwise the limit shrinks by the overflow and the plan is "feasible",
     above the first search's bound. Raises InfeasibleError when no retry fits."""
-    plan = first = run(limit)
-    search_limit = limit
+    plan = first = run(limit_bytes)
+    search_limit = limit_bytes
     for _ in range(TRANSIENT_RETRIES):
-        over = plan.memory.total - limit
-        if over <= limit * 1e-9:
+        over = plan.memory.total - limit_bytes
+        if over <= limit_bytes * 1e-9:
             break
         search_limit -= over
         if search_limit <= 0:
             break
         plan = run(search_limit)
-    over = plan.memory.total - limit
-    if over > limit * 1e-9:
+    over = plan.memory.total - limit_bytes
+    if over > limit_bytes * 1e-9:
         raise InfeasibleError(
             f"memory: the best plan needs {plan.memory.total / GiB:.3g} GiB per device with "
-            f"its transient buffers, over the {limit / GiB:.3g} GiB limit; use more GPUs or a "
-            "smaller batch"
+            f"its transient buffers, over the {limit_bytes / GiB:.3g} GiB limit; use more GPUs "
+            "or a smaller batch"
         )
     if plan is first:
         return plan
@@ -50,6 +50,6 @@ def within_limit(run: Callable[[float], Plan], limit: float) -> Plan:
     )
     return replace(
         plan,
-        memory_limit_bytes=limit,
+        memory_limit_bytes=limit_bytes,
         search=replace(plan.search, status="feasible", lower_bound_s=lower, note=note),
     )

@@ -316,18 +316,18 @@ class Rules:
     """Pruning: multiplier (s/byte), target value (s), memory limit and least total (bytes);
     ``deadline`` (a time.perf_counter() value) past which a pass gives up."""
 
-    lam: float
-    target: float
-    limit: float
-    total_floor: float
-    deadline: float = float("inf")
+    lam_s_per_byte: float
+    target_s: float
+    limit_bytes: float
+    total_floor_bytes: float
+    deadline: float = float("inf")  # a time.perf_counter() value (s)
 
     def cap(self, floor: float) -> float:
         """Most memory a table with ``floor`` folded in may hold and still fit."""
-        return self.limit - (self.total_floor - floor) + 1e-9 * abs(self.limit)
+        return self.limit_bytes - (self.total_floor_bytes - floor) + 1e-9 * abs(self.limit_bytes)
 
     def slack(self) -> float:
-        return GAP_TOLERANCE * max(abs(self.target), 1e-30)
+        return GAP_TOLERANCE * max(abs(self.target_s), 1e-30)
 
 
 def _segmented_prefix_min(values: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -365,8 +365,8 @@ def prune(
     """Indices of the points that survive the three rules, sorted by (cell, memory)."""
     if len(cell) == 0:
         return np.zeros(0, dtype=np.int64)
-    red = t + rules.lam * m + outside.ravel()[cell]
-    keep = (red <= rules.target + rules.slack()) & (m <= rules.cap(floor)) & np.isfinite(t)
+    red = t + rules.lam_s_per_byte * m + outside.ravel()[cell]
+    keep = (red <= rules.target_s + rules.slack()) & (m <= rules.cap(floor)) & np.isfinite(t)
     idx = np.flatnonzero(keep)
     if len(idx) == 0:
         return idx
@@ -532,7 +532,7 @@ def forward_fronts(
 ) -> dict[int, FrontTable]:
     """Run the schedule on fronts up to the ``wanted`` tables (default: the final one)."""
     tab = dict(inputs)
-    lam = rules.lam
+    lam = rules.lam_s_per_byte
     wanted = (sched.final,) if wanted is None else wanted
     needed = _ancestors(sched, wanted)
     for st in sched.steps:
@@ -566,7 +566,7 @@ def forward_fronts(
         elif st.kind == "leaf":
             nu, nv, e = a
             low = e.best(lam) + nv.best(lam)[None, :] + nu.best(lam)[:, None] + oz[:, None]
-            ia, ib = np.nonzero(low <= rules.target + rules.slack())
+            ia, ib = np.nonzero(low <= rules.target_s + rules.slack())
             b = nv.shape[0]
             out = combine(
                 nu.shape,
@@ -594,7 +594,7 @@ def forward_fronts(
         elif st.kind == "join":
             x, y = a
             low = (x.best(lam) + y.best(lam)).ravel()
-            cells = np.flatnonzero(low <= rules.target + rules.slack())
+            cells = np.flatnonzero(low <= rules.target_s + rules.slack())
             zero = np.zeros(len(cells), dtype=np.int64)
             out = combine((), zero, [(x, cells, sh[0]), (y, cells, sh[1])], rules, oz, [])
         else:  # union
@@ -639,7 +639,7 @@ def _series(
     non-empty cells of both edge tables, kept when their least values and the outside of
     (a, c) stay within the target."""
     euv, nv, evw = a
-    lam = rules.lam
+    lam = rules.lam_s_per_byte
     ra, rb = euv.shape
     rc = evw.shape[1]
     r_v = nv.best(lam) if nv is not None else np.zeros(rb)
@@ -650,7 +650,7 @@ def _series(
     ua, ub, uv_low = ua[ok], ub[ok], uv_low[ok]
     vw_cells, vw_low = _cell_minima(evw, lam)
     wb, wc = np.divmod(vw_cells, rc)
-    limit = rules.target + rules.slack()
+    limit = rules.target_s + rules.slack()
     # join on b: uv entries grouped by b, each paired with every vw entry of that b
     order_u = np.argsort(ub, kind="stable")
     order_w = np.argsort(wb, kind="stable")
@@ -685,10 +685,10 @@ def _cell_minima(x: FrontTable, lam: float) -> tuple[np.ndarray, np.ndarray]:
 
 def _kept_front(a: list, sh: tuple[int, ...], oz: np.ndarray, rules: Rules) -> FrontTable:
     const, na, nc, edge = a
-    lam = rules.lam
+    lam = rules.lam_s_per_byte
     if nc is None:
         low = const.best(lam)[0] + na.best(lam) + oz
-        cells = np.flatnonzero(low <= rules.target + rules.slack())
+        cells = np.flatnonzero(low <= rules.target_s + rules.slack())
         return combine(
             na.shape,
             cells,
@@ -701,7 +701,7 @@ def _kept_front(a: list, sh: tuple[int, ...], oz: np.ndarray, rules: Rules) -> F
     low = const.best(lam)[0] + na.best(lam)[:, None] + nc.best(lam)[None, :] + oz
     if edge is not None:
         low = low + edge.best(lam)
-    cells = np.flatnonzero(low.ravel() <= rules.target + rules.slack())
+    cells = np.flatnonzero(low.ravel() <= rules.target_s + rules.slack())
     sources = [
         (const, np.zeros(len(cells), dtype=np.int64), sh[0]),
         (na, cells // c, sh[1]),
