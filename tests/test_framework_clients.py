@@ -122,3 +122,23 @@ def test_megatron_core_accepts_every_megatron_export(model, nodes, gpus, rule, e
     assert cfg.sequence_parallel == ("--sequence-parallel" in args)
     if extra.get("recompute"):
         assert cfg.recompute_granularity == "full"
+
+
+@needs_mcore
+@pytest.mark.parametrize("model,topo,batch", [("gpt3-175b", "dgx-a100:16", 64),
+                                              ("llama3-8b", "dgx-a100:2", 16)])
+def test_space_megatron_plans_export_to_arguments_megatron_core_accepts(model, topo, batch):
+    """``plan --space megatron``'s answer (the fastest configuration Megatron-LM accepts,
+    searched exhaustively) exports to arguments megatron-core's TransformerConfig takes."""
+    from taps_core.cluster.presets import preset
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.plan.report import plan_to_json
+    from taps_core.search.configs import best_configuration
+
+    graph = build_graph(load_model_config(model).with_workload(batch_size=batch))
+    plan = best_configuration(graph, preset(topo), space="megatron")
+    out = export_plan(plan_to_json(plan), "megatron")
+    cfg = _transformer_config(out.data["args"])
+    stages = len(plan.pipeline.stages) if plan.pipeline else 1
+    assert cfg.pipeline_model_parallel_size == stages
+    assert cfg.num_layers == graph.num_layers

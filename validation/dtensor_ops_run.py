@@ -280,6 +280,47 @@ def logits_of(model: Any, ids: Any) -> Any:
     return model.logits(ids) if hasattr(model, "transformer") else model(input_ids=ids).logits
 
 
+RANK_TIMEOUT_S = 600.0  # a rank that has not finished by then is stopped and reported
+
+
+def _launch(jobs: list[dict[str, Any]], world: int, out_dir: str) -> None:
+    """Start ``world`` rank processes (fresh interpreters: nothing of the caller's ``__main__``
+    is re-run, as a spawned child would) and wait for all; RuntimeError with a rank's last
+    lines when one fails."""
+    import os
+    import subprocess
+
+    job_file = Path(out_dir) / "jobs.json"
+    job_file.write_text(json.dumps(jobs))
+    port = _free_port()
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "validation.dtensor_ops_run", "--rank", str(r), "--world",
+             str(world), "--port", str(port), "--jobs", str(job_file), "--out", out_dir],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        for r in range(world)
+    ]
+    failed = []
+    for r, p in enumerate(procs):
+        try:
+            _, err = p.communicate(timeout=RANK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise RuntimeError(f"rank {r} did not finish in {RANK_TIMEOUT_S:.0f} s") from None
+        if p.returncode:
+            failed.append((r, err.strip().splitlines()[-3:]))
+    if failed:
+        for q in procs:
+            q.kill()
+        r, tail = failed[0]
+        raise RuntimeError(f"rank {r} failed: {' | '.join(tail)}")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -289,7 +330,6 @@ def _free_port() -> int:
 def run(selected: list[Case] | None = None) -> list[OpsCheck]:
     """Export and run every case on 4 local gloo ranks; compare with one process."""
     import torch
-    import torch.multiprocessing as mp
 
     from validation.dtensor_model import batch
 
@@ -300,8 +340,7 @@ def run(selected: list[Case] | None = None) -> list[OpsCheck]:
     world = NODES * RANKS_PER_NODE
     checks = []
     with tempfile.TemporaryDirectory(prefix="taps-dtensor-ops-") as out_dir:
-        mp.start_processes(_rank, args=(world, _free_port(), jobs, out_dir), nprocs=world,
-                           join=True, start_method="spawn")
+        _launch(jobs, world, out_dir)
         for c in todo:
             _, ref = build_model(c.family, c.model.as_dict())
             ids, labels = batch(c.model, 0)
@@ -335,7 +374,15 @@ def run(selected: list[Case] | None = None) -> list[OpsCheck]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validation.dtensor_ops_run",
                                  description=__doc__.split("\n\n")[0])
-    ap.parse_args(argv)
+    for flag in ("--rank", "--world", "--port"):  # a rank process (started by run())
+        ap.add_argument(flag, type=int, help="internal: one rank of a run")
+    ap.add_argument("--jobs", help="internal: the exported snippets to run (JSON)")
+    ap.add_argument("--out", help="internal: where a rank saves its loss and gradients")
+    args = ap.parse_args(argv)
+    if args.rank is not None:
+        _rank(args.rank, args.world, args.port, json.loads(Path(args.jobs).read_text()),
+              args.out)
+        return 0
     checks = run()
     for c in checks:
         print(f"{c.label:22} loss {c.loss:.6f} (one process {c.ref_loss:.6f}), max gradient "
