@@ -184,7 +184,7 @@ def test_every_page_renders_with_titles_naming_model_and_cluster(server, tab):
 
 
 def test_sweep_shows_step_time_without_a_click(server, tab):
-    tab.goto(f"{server}/sweep?model=gpt2&topo=dgx-a100:2")
+    tab.goto(f"{server}/sweep?model=gpt2&topo=dgx-a100:2&points=4")
     tab.wait_for_function(
         "() => [...document.querySelectorAll('.js-plotly-plot .gtitle')]"
         ".some(e => e.textContent.includes('Step time vs inter-node bandwidth'))",
