@@ -96,6 +96,11 @@ def _transformer_config(args: list[str]):
             kwargs[field] = value(flag)
     kwargs["sequence_parallel"] = "--sequence-parallel" in args
     kwargs["bf16"] = "--bf16" in args
+    if kwargs.get("pipeline_model_parallel_size", 1) > 1:  # Megatron-LM sets it from the dtype
+        import torch
+
+        kwargs["pipeline_dtype"] = (torch.bfloat16 if "--bf16" in args else
+                                    torch.float16 if "--fp16" in args else torch.float32)
     kwargs["add_bias_linear"] = "--disable-bias-linear" not in args
     kwargs["gated_linear_unit"] = "--swiglu" in args
     with warnings.catch_warnings():
