@@ -308,8 +308,10 @@ def your_configuration(ctx: state.Context, plan: Plan) -> None:
         "Your configuration",
         key="plan_yours",
         placeholder="tp=8,pp=8,dp=24,mbs=1,sp=1,recompute=full,zero=1",
+        max_chars=8000,
         help="A Megatron-style configuration (keys tp, pp, dp, mbs, sp, recompute, zero), "
-        "priced exactly by the same cost model as the plan",
+        "or paste Megatron-LM's arguments (--tensor-model-parallel-size 8 ...) or a DeepSpeed "
+        "config (JSON): priced exactly by the same cost model as the plan",
     ).strip()
     if not spec:
         return

@@ -160,15 +160,19 @@ def plan(
 def fixed(
     work: Workload, topo_json: str, mode: str, memory_limit_bytes: float | None, spec: str
 ) -> Plan | Failure:
-    """The configuration ``spec`` (``--fixed`` syntax) priced by the same model, or Failure."""
-    from taps_core.search.fixed_config import parse_fixed, plan_fixed
+    """The configuration ``spec`` (``--fixed`` syntax, a Megatron-LM argument list or a
+    DeepSpeed config) priced by the same model, or Failure."""
+    from taps_core.export.framework_import import fixed_from_text
+    from taps_core.search.fixed_config import plan_fixed
 
     g = graph_or_failure(work)
     if isinstance(g, Failure):
         return g
     try:
+        topo = topology(topo_json)
+        config = fixed_from_text(spec, topo.num_gpus, g.meta["config"])
         return plan_fixed(
-            g, topology(topo_json), parse_fixed(spec), mode=mode,
+            g, topo, config, mode=mode,
             memory_limit_bytes=memory_limit_bytes, label="yours", links=link_model(topo_json),
         )
     except TapsError as err:

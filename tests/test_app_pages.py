@@ -136,6 +136,18 @@ def test_your_configuration_is_priced_beside_the_plan():
     rerun(at)
     assert at.query_params["yours"] in (["tp=3"], "tp=3")
     assert len(at.error) == 1 and "tp" in at.error[0].value, [e.value for e in at.error]
+    # the same configuration pasted as Megatron-LM arguments, then as a DeepSpeed config
+    args = "--tensor-model-parallel-size 2 --micro-batch-size 1 --use-distributed-optimizer"
+    at.text_input(key="plan_yours").set_value(args)
+    rerun(at)
+    assert not at.error, [e.value for e in at.error]
+    by_flags = at.dataframe[0].value.iloc[1, 1]
+    at.text_input(key="plan_yours").set_value(spec)
+    rerun(at)
+    assert at.dataframe[0].value.iloc[1, 1] == by_flags  # the same step time
+    at.text_input(key="plan_yours").set_value('{"zero_optimization": {"stage": 4}}')
+    rerun(at)
+    assert len(at.error) == 1 and "zero_optimization.stage" in at.error[0].value
 
 
 def test_plan_expand_toggle_shows_every_layer():

@@ -15,7 +15,7 @@ from typing import Any
 
 from taps_core import strict_json
 from taps_core.errors import InvalidInputError
-from taps_core.search.fixed_config import FixedConfig
+from taps_core.search.fixed_config import FixedConfig, parse_fixed
 
 # Megatron-LM flags that set the layout: flag -> FixedConfig field (None: read specially)
 _MEGATRON_LAYOUT = {
@@ -82,7 +82,7 @@ def fixed_from_megatron_args(
     (:func:`model_flags`), each checked where the list gives it."""
     try:
         words = [w for w in shlex.split(text.replace("\\\n", " "), comments=True)
-                 if w not in ("\\",)]
+                 if w.strip() and w != "\\"]  # a pasted line keeps its continuation marks
     except ValueError as err:
         raise InvalidInputError("--fixed-from", str(err), "a Megatron-LM argument list") from None
     scripts = [i for i, w in enumerate(words) if w.endswith(".py")]
@@ -245,10 +245,17 @@ def fixed_from_deepspeed(data: Any, gpus: int, batch: int | None = None) -> Fixe
 def read_fixed_from(path: str, gpus: int, model: Any) -> FixedConfig:
     """``--fixed-from PATH``: a DeepSpeed config (JSON) or a Megatron-LM argument list, for the
     planned ``model`` (a ModelConfig: its batch and shape are checked) on ``gpus`` GPUs."""
-    batch = model.batch_size
     raw = strict_json.read_file(path, field="--fixed-from", limit="config_file_bytes")
-    text = raw.decode("utf-8", errors="replace")
-    if text.lstrip().startswith("{"):
-        data = strict_json.loads(raw, field="--fixed-from", limit="config_file_bytes")
-        return fixed_from_deepspeed(data, gpus, batch)
-    return fixed_from_megatron_args(text, batch, model_flags(model))
+    return fixed_from_text(raw.decode("utf-8", errors="replace"), gpus, model)
+
+
+def fixed_from_text(text: str, gpus: int, model: Any) -> FixedConfig:
+    """A configuration from text: a DeepSpeed config (JSON object), a Megatron-LM argument list
+    (it starts with a flag or a launcher), or ``--fixed``'s own ``tp=8,pp=2,...``."""
+    body = text.strip()
+    if body.startswith("{"):
+        data = strict_json.loads(body, field="--fixed-from", limit="config_file_bytes")
+        return fixed_from_deepspeed(data, gpus, model.batch_size)
+    if body.startswith(("-", "#", "torchrun", "python", "deepspeed ")):
+        return fixed_from_megatron_args(body, model.batch_size, model_flags(model))
+    return parse_fixed(body)
