@@ -22,7 +22,7 @@ def test_taps_plans_run_as_dtensor_with_the_loss_and_gradients_of_one_process():
     from validation.dtensor_ops_run import cases, has_transformers, run
 
     todo = cases(quick=True)  # `python -m validation.dtensor_ops_run` runs all seven
-    want = {"gpt2-pipeline"}
+    want = {"gpt2-pipeline", "gpt2-infer"}
     if has_transformers():  # Hugging Face's own LlamaForCausalLM (requirements-validation.txt)
         want |= {"llama-taps"}
     assert {c.label for c in todo} == want
@@ -36,4 +36,5 @@ def test_taps_plans_run_as_dtensor_with_the_loss_and_gradients_of_one_process():
             plan = next(x.plan for x in todo if x.label == c.label)
             assert any(op["strategy"].get("inter") for op in plan["ops"]), c.label
         assert c.ok, f"{c.label}: {c.max_abs_err:.2e} on {c.worst_param}"
-        assert abs(c.loss - c.ref_loss) <= 1e-5 * abs(c.ref_loss)
+        if c.label != "gpt2-infer":  # inference compares the logits (in max_abs_err)
+            assert abs(c.loss - c.ref_loss) <= 1e-5 * abs(c.ref_loss)

@@ -66,7 +66,7 @@ class OpsCheck:
     ok: bool
 
 
-def taps_case(label: str, model: Model) -> Case:
+def taps_case(label: str, model: Model, mode: str = "train") -> Case:
     """TAPS's plan (the engine's default search) of ``model`` on the 2 x 2 cluster."""
     from taps_core.models import build_graph, config_from_dict
     from taps_core.plan.report import plan_to_json
@@ -75,7 +75,7 @@ def taps_case(label: str, model: Model) -> Case:
 
     topo = build_topology(NODES, RANKS_PER_NODE, FAST)
     graph = build_graph(config_from_dict(model.engine_config(), name=f"tiny-{label}"))
-    return Case(label, model, plan_to_json(search(graph, topo)))
+    return Case(label, model, plan_to_json(search(graph, topo, mode=mode)))
 
 
 def pipelined_case(model: TinyGPTConfig) -> Case:
@@ -157,6 +157,7 @@ def cases(quick: bool = False) -> list[Case]:
         )),
     ]
     out.append(pipelined_case(untied))
+    out.append(taps_case("gpt2-infer", tied, mode="infer"))
     if quick:  # the pipelined plan runs the flat TAPS plan's paths too, stage by stage
         out.remove(base)
     if has_transformers():
@@ -208,6 +209,11 @@ def _rank(rank: int, world: int, port: int, jobs: list[dict[str, Any]], out_dir:
             mesh = ns["build_mesh"]("cpu")
             model = ns["parallelize"](model, mesh, src_data_rank=None)  # weights seeded alike
             ids, labels = ns["shard_batch"](mesh, *batch(cfg, 0))
+            if job["mode"] == "infer":  # a forward pass: the logits, gathered
+                with torch.no_grad():
+                    logits = logits_of(model, ids).full_tensor()
+                torch.save({"logits": logits}, Path(out_dir) / f"{job['label']}-rank{rank}.pt")
+                continue
             loss = ns["loss_and_backward"](logits_of(model, ids), labels, mesh)
             grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad)
                      for n, p in model.named_parameters()}
@@ -340,7 +346,7 @@ def run(selected: list[Case] | None = None) -> list[OpsCheck]:
     todo = selected if selected is not None else cases()
     exported = {c.label: export_ops(c) for c in todo}
     jobs = [{"label": c.label, "family": c.family, "model": c.model.as_dict(),
-             "python": exported[c.label][0]} for c in todo]
+             "mode": c.plan["mode"], "python": exported[c.label][0]} for c in todo]
     world = NODES * RANKS_PER_NODE
     checks = []
     with tempfile.TemporaryDirectory(prefix="taps-dtensor-ops-") as out_dir:
@@ -348,6 +354,10 @@ def run(selected: list[Case] | None = None) -> list[OpsCheck]:
         for c in todo:
             _, ref = build_model(c.family, c.model.as_dict())
             ids, labels = batch(c.model, 0)
+            if c.plan["mode"] == "infer":
+                checks.append(_forward_check(c, ref, ids, out_dir, world,
+                                             exported[c.label][1]["style"]))
+                continue
             logits = logits_of(ref, ids)
             ref_loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten())
             ref_loss.backward()
@@ -375,6 +385,21 @@ def run(selected: list[Case] | None = None) -> list[OpsCheck]:
     return checks
 
 
+def _forward_check(c: Case, ref: Any, ids: Any, out_dir: str, world: int, style: str
+                   ) -> OpsCheck:
+    """An inference plan: every rank's gathered logits against one process's."""
+    import torch
+
+    with torch.no_grad():
+        want = logits_of(ref, ids)
+    err = max(float((torch.load(Path(out_dir) / f"{c.label}-rank{r}.pt",
+                                weights_only=True)["logits"] - want).abs().max())
+              for r in range(world))
+    scale = float(want.abs().max())
+    return OpsCheck(c.label, style, float("nan"), float("nan"), err, "logits",
+                    err <= ATOL + RTOL * scale)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m validation.dtensor_ops_run",
                                  description=__doc__.split("\n\n")[0])
@@ -389,8 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     checks = run()
     for c in checks:
-        print(f"{c.label:22} loss {c.loss:.6f} (one process {c.ref_loss:.6f}), max gradient "
-              f"error {c.max_abs_err:.2e} ({c.worst_param}): {'ok' if c.ok else 'MISMATCH'}")
+        what = "inference: logits" if math.isnan(c.loss) else (
+            f"loss {c.loss:.6f} (one process {c.ref_loss:.6f}), max gradient")
+        print(f"{c.label:22} {what} error {c.max_abs_err:.2e} ({c.worst_param}): "
+              f"{'ok' if c.ok else 'MISMATCH'}")
     return 0 if all(c.ok for c in checks) else 1
 
 
