@@ -162,7 +162,7 @@ def cases(quick: bool = False) -> list[Case]:
         out.remove(base)
     if has_transformers():
         llama = taps_case("llama-taps", TinyLlamaConfig())
-        out.append(llama)
+        out += [llama, taps_case("llama-infer", TinyLlamaConfig(), mode="infer")]
         if not quick:
             out.append(Case("llama-megatron-sp", llama.model,
                             variant(llama.plan, "megatron-sp", _megatron_sp)))
