@@ -101,7 +101,7 @@ def resolve_topology(
 ) -> Resolved:
     """The cluster of a source plus link edits plus an inter-node bandwidth (0: as built)."""
     from dashboard.state import base_topology
-    from taps_core.cluster.edits import apply_edits, describe_edits, parse_edits
+    from taps_core.cluster.edits import apply_edits_reporting, describe_edits, parse_edits
     from taps_core.cluster.io import dumps
     from taps_core.cluster.topology import scale_inter_bandwidth
     from taps_core.units import GB
@@ -110,10 +110,7 @@ def resolve_topology(
         base = base_topology(source, nodes, custom, json_text)
     except LOADER_ERRORS as err:
         return Resolved(None, "invalid topology", "invalid topology", False, (_message(err),))
-    parsed = parse_edits(";".join(edits))
-    topo, errors = apply_edits(base, parsed)
-    applied = tuple(e for e in parsed if not any(x.startswith(f"edit {e.text()} skipped")
-                                                 for x in errors))
+    topo, applied, errors = apply_edits_reporting(base, parse_edits(";".join(edits)))
     parts = [describe_edits(applied)] if applied else []
     if net_GBps and topo.nodes > 1:
         try:

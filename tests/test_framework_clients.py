@@ -39,7 +39,7 @@ TRAINING = [  # (model, nodes, GPUs per node, rule, extra) -> DeepSpeed training
 
 
 @pytest.fixture
-def one_rank(monkeypatch):
+def rank_zero(monkeypatch):
     """DeepSpeedConfig asks the process group for its rank first (and without one falls back to
     a world of 1, ignoring the model-parallel unit): answer rank 0 without starting a group."""
     import deepspeed.runtime.config as ds_config
@@ -49,7 +49,7 @@ def one_rank(monkeypatch):
 
 @needs_ds
 @pytest.mark.parametrize("model,nodes,gpus,rule,extra", TRAINING)
-def test_deepspeed_accepts_every_training_export(one_rank, model, nodes, gpus, rule, extra):
+def test_deepspeed_accepts_every_training_export(rank_zero, model, nodes, gpus, rule, extra):
     from deepspeed.runtime.config import DeepSpeedConfig
 
     out = export_plan(make_plan(model, nodes, gpus, rule, **extra), "deepspeed")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from validation.dtensor_config import TinyGPTConfig, TinyLlamaConfig
-from validation.dtensor_run import RTOL, variant
+from validation.dtensor_run import RTOL, Case, Model, variant
 
 ATOL = 1e-5
 NODES, RANKS_PER_NODE = 2, 2
@@ -37,22 +37,6 @@ FAST = {
     "intra": {"alpha_s": 1e-6, "bandwidth_Bps": 3e11},
     "inter": {"alpha_s": 5e-6, "bandwidth_Bps": 2.5e10},
 }
-Model = TinyGPTConfig | TinyLlamaConfig
-
-
-@dataclass(frozen=True)
-class Case:
-    """One plan to run: the model it was made for and its plan JSON."""
-
-    label: str
-    model: Model
-    plan: dict[str, Any]
-
-    @property
-    def family(self) -> str:
-        return "llama" if isinstance(self.model, TinyLlamaConfig) else "gpt2"
-
-
 @dataclass(frozen=True)
 class OpsCheck:
     """One exported plan run on the ranks against the single-process reference."""

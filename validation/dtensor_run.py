@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from validation.dtensor_config import TinyGPTConfig
+from validation.dtensor_config import TinyGPTConfig, TinyLlamaConfig
 from validation.launcher import launch
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -39,13 +39,21 @@ LEVELS = {
 }
 
 
+Model = TinyGPTConfig | TinyLlamaConfig
+
+
 @dataclass(frozen=True)
 class Case:
     """One plan to run: the model it was made for and its plan JSON."""
 
     label: str
-    model: TinyGPTConfig
+    model: Model
     plan: dict[str, Any]
+
+    @property
+    def family(self) -> str:
+        """The module tree the plan runs on: ``gpt2`` (ours) or ``llama`` (Hugging Face's)."""
+        return "llama" if isinstance(self.model, TinyLlamaConfig) else "gpt2"
 
 
 @dataclass

@@ -108,7 +108,16 @@ def edits_text(edits: tuple[LinkEdit, ...]) -> str:
 
 def apply_edits(topology: Topology, edits: tuple[LinkEdit, ...]) -> tuple[Topology, list[str]]:
     """Apply edits one by one; an edit the engine rejects is skipped and its error returned."""
+    topology, _, errors = apply_edits_reporting(topology, edits)
+    return topology, errors
+
+
+def apply_edits_reporting(
+    topology: Topology, edits: tuple[LinkEdit, ...]
+) -> tuple[Topology, tuple[LinkEdit, ...], list[str]]:
+    """:func:`apply_edits`, also returning the edits that were applied (for describing them)."""
     errors = []
+    applied: list[LinkEdit] = []
     for e in edits:
         try:
             if e.src == ADD_HOST:
@@ -125,9 +134,10 @@ def apply_edits(topology: Topology, edits: tuple[LinkEdit, ...]) -> tuple[Topolo
                 if lat is not None:
                     check_positive(f"link {e.src}-{e.dst} latency (µs)", lat, allow_zero=True)
                 topology = topology.with_link(e.src, e.dst, bandwidth_Bps=bw, latency_s=lat)
+            applied.append(e)
         except TapsError as err:
             errors.append(f"edit {e.text()} skipped: {err}")
-    return topology, errors
+    return topology, tuple(applied), errors
 
 
 def edit_words(edit: LinkEdit) -> str:

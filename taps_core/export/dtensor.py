@@ -9,6 +9,7 @@ from typing import Any
 
 from taps_core.export.common import GPT_FAMILIES, Export, NotExpressibleError
 from taps_core.export.deepspeed import _LAST, _R, _S
+from taps_core.export.dtensor_ops import to_dtensor_ops
 from taps_core.export.grid import Grid, check_family, grid, stage_groups
 from taps_core.export.plan_json import OpSplit, PlanView, Workload, per_replica_micro, workload_note
 
@@ -108,8 +109,6 @@ def _prepare(
 def to_dtensor(view: PlanView, wl: Workload) -> Export:
     """A DTensor plan: parallelize_module styles on a dp x tp mesh where they hold the plan,
     else per-op placements on a mesh of prime factors (:mod:`taps_core.export.dtensor_ops`)."""
-    from taps_core.export.dtensor_ops import to_dtensor_ops
-
     if view.pipeline is not None and wl.family in GPT_FAMILIES:
         return to_dtensor_ops(view, wl, "they describe one pipeline stage's tensor plan")
     try:

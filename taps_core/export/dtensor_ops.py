@@ -193,14 +193,6 @@ def letter_dims(op: OpSplit, dims: list[tuple[str, int]]) -> dict[str, list[int]
     return out
 
 
-def _level_size(dims: list[tuple[str, int]], level: str) -> int:
-    size = 1
-    for name, n in dims:
-        if name.startswith(level):
-            size *= n
-    return size
-
-
 def placements(
     tensor: tuple[str, ...], taken: dict[str, list[int]], ndim: int
 ) -> tuple[list[str], list[str]]:
@@ -234,9 +226,10 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
     notes = [workload_note(wl), f"parallelize_module's styles cannot hold this plan "
              f"({why_not_styles}): every parameter and module input is placed per op instead"]
     stages = []
+    readers = _residual_readers(wl)  # of the whole model: one graph for every stage
     for stage, ops, nodes, gpn in stage_groups(view):
         dims = mesh_dims(nodes, gpn, ops)
-        params, inputs, outputs, lost = _place(ops, wl, dims)
+        params, inputs, outputs, lost = _place(ops, wl, dims, readers)
         by_name = {o.name: o for o in ops}
         entry: dict[str, Any] = {
             "mesh": {"dim_names": [n for n, _ in dims], "shape": [s for _, s in dims]},
@@ -286,11 +279,12 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
 
 
 def _place(
-    ops: list[OpSplit], wl: Workload, dims: list[tuple[str, int]]
+    ops: list[OpSplit], wl: Workload, dims: list[tuple[str, int]], readers: dict[str, str]
 ) -> tuple[dict[str, list[str]], dict[str, list[str]], dict[str, list[str]],
            dict[str, list[str]]]:
     """(placements per parameter name, per module input, per module output that hands on a
-    partial sum, letters left replicated per parameter)."""
+    partial sum, letters left replicated per parameter); ``readers`` from
+    :func:`_residual_readers`."""
     by_name = {o.name: o for o in ops}
     layers = sorted({o.layer for o in ops if o.layer is not None})
     embed = "transformer.wte" if wl.family in ("gpt2", "gpt3") else "model.embed_tokens"
@@ -299,7 +293,6 @@ def _place(
     outputs: dict[str, list[str]] = {}
     lost: dict[str, list[str]] = {}
     tied = bool(wl.config.tie_word_embeddings)
-    readers = _residual_readers(wl)
     for mod in MODULES[wl.family]:
         for i in layers if "{i}" in mod.op else [None]:
             op = by_name.get(mod.op.format(i=i))
