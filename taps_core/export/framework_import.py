@@ -17,20 +17,16 @@ from taps_core import strict_json
 from taps_core.errors import InvalidInputError
 from taps_core.search.fixed_config import FixedConfig, parse_fixed
 
-# Megatron-LM flags that set the layout: flag -> FixedConfig field (None: read specially)
-_MEGATRON_LAYOUT = {
-    "--tensor-model-parallel-size": "tp",
-    "--pipeline-model-parallel-size": "pp",
-    "--micro-batch-size": "mbs",
-    "--global-batch-size": None,
-    "--sequence-parallel": "sp",
-    "--use-distributed-optimizer": None,
-    "--use-torch-fsdp2": None,
-    "--recompute-granularity": None,
-    "--recompute-activations": None,
-    "--recompute-method": None,
-    "--recompute-num-layers": None,
-}
+# Megatron-LM flags that set the layout: ones taking a value, then switches
+_MEGATRON_LAYOUT_VALUE = frozenset((
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
+    "--global-batch-size", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers",
+))
+_MEGATRON_LAYOUT_SWITCH = frozenset((
+    "--sequence-parallel", "--use-distributed-optimizer", "--use-torch-fsdp2",
+    "--recompute-activations",
+))
 # layout flags the cost model has no lever for: refused unless they leave the layout alone
 _MEGATRON_UNSUPPORTED = {
     "--context-parallel-size": "1",
@@ -95,10 +91,7 @@ def fixed_from_megatron_args(
         if "=" in flag and flag.startswith("--"):
             flag, value = flag.split("=", 1)
             i += 1
-        elif flag in _MEGATRON_IGNORED_SWITCH or flag in (
-            "--sequence-parallel", "--use-distributed-optimizer", "--use-torch-fsdp2",
-            "--recompute-activations",
-        ):
+        elif flag in _MEGATRON_IGNORED_SWITCH or flag in _MEGATRON_LAYOUT_SWITCH:
             value = "1"
             i += 1
         elif flag.startswith("--") and i + 1 < len(words) and not words[i + 1].startswith("--"):
@@ -106,8 +99,10 @@ def fixed_from_megatron_args(
             i += 2
         else:
             raise InvalidInputError("--fixed-from", flag, "Megatron-LM flags (--name value)")
-        known = (flag in _MEGATRON_LAYOUT or flag in _MEGATRON_UNSUPPORTED
-                 or flag in _MEGATRON_IGNORED_VALUE or flag in _MEGATRON_IGNORED_SWITCH)
+        known = any(flag in group for group in (
+            _MEGATRON_LAYOUT_VALUE, _MEGATRON_LAYOUT_SWITCH, _MEGATRON_UNSUPPORTED,
+            _MEGATRON_IGNORED_VALUE, _MEGATRON_IGNORED_SWITCH,
+        ))
         if not known:
             raise InvalidInputError(
                 "--fixed-from flag", flag,
