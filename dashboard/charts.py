@@ -15,11 +15,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from taps_core.plan.claims import search_status  # noqa: F401  (the pages' import)
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import fmt_bytes, fmt_seconds
 from taps_core.plan.traffic import LinkBreakdown
-from taps_core.search.pipeline import objective
-from taps_core.search.planner import STAGES_UNPROVEN
 from taps_core.studies.explain import Case
 from taps_core.studies.sweep import Priced, Sweep
 
@@ -161,49 +160,6 @@ def memory_parts(plan: Plan) -> dict[str, float]:
 def _parts(memory: object) -> dict[str, float]:
     parts = dataclasses.asdict(memory) if dataclasses.is_dataclass(memory) else {}
     return {k: float(v) for k, v in parts.items() if isinstance(v, (int, float)) and v > 0}
-
-
-def search_status(plan: Plan) -> str:
-    """The search's claim in words: ``optimal (proven)``, or the best plan found and how far
-    the proven lower bound lies below it (under the cost model the search minimised)."""
-    s = plan.search
-    floor = ""
-    if s.lower_bound_s:
-        floor = (f"; within {100 * _gap(plan):.2g}% of the compute floor "
-                 f"({fmt_seconds(s.lower_bound_s)})")
-    if s.algorithm.endswith("-exhaustive") and s.status == "feasible":
-        return (
-            "the fastest framework configuration (every Megatron-LM / DeepSpeed one priced, "
-            "none faster without stages); other pipeline shapes not proven" + floor
-        )
-    if STAGES_UNPROVEN in s.note and plan.pipeline is None:
-        return (
-            "optimal among plans without stages (proven) and faster than every framework "
-            "configuration; other pipeline shapes not proven" + floor
-        )
-    if plan.pipeline is not None:
-        stages = all(st.plan.search.status == "optimal" for st in plan.pipeline.stages)
-        return (
-            "each stage's plan " + ("optimal (proven)" if stages else "best found")
-            + "; stage count, layer split and micro-batches from a guided search (not proven)"
-        )
-    if s.status == "optimal":
-        return "optimal (proven)"
-    if s.status == "feasible":
-        if s.lower_bound_s is not None and s.lower_bound_s > 0:
-            return (
-                f"best found, within {100 * _gap(plan):.2g}% of the proven bound "
-                f"({fmt_seconds(s.lower_bound_s)})"
-            )
-        return "best found (no bound proven)"
-    return s.status
-
-
-def _gap(plan: Plan) -> float:
-    """How far (fraction of the plan's objective) its proven lower bound lies below it."""
-    value = objective(plan, plan.cost_model)
-    lower = plan.search.lower_bound_s or 0.0
-    return max(value - lower, 0.0) / value if value > 0 else 0.0
 
 
 def lever_labels(plan: Plan) -> list[str]:

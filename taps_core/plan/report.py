@@ -8,7 +8,9 @@ from collections import Counter
 from typing import Any
 
 from taps_core.ir.strategies import Strategy
+from taps_core.plan.claims import search_status
 from taps_core.plan.records import NotFitting, OpPlan, Plan
+from taps_core.units import fmt_bytes, fmt_seconds
 
 LETTER_NAMES = {
     "b": "batch",
@@ -234,21 +236,6 @@ def links_csv(plan: Plan) -> str:
     return buf.getvalue()
 
 
-def fmt_seconds(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} µs"
-
-
-def fmt_bytes(b: float) -> str:
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(b) >= size:
-            return f"{b / size:.3g} {unit}"
-    return f"{b:.0f} B"
-
-
 def plan_table(plan: Plan, *, max_ops: int = 40) -> str:
     """Compact human-readable table of a plan."""
     fixed = plan.search.algorithm == "fixed"
@@ -258,7 +245,7 @@ def plan_table(plan: Plan, *, max_ops: int = 40) -> str:
         "not searched)"
         if fixed
         else f"  search: {plan.search.algorithm}, {fmt_seconds(plan.search.time_s)}, "
-        f"{plan.search.num_strategies} strategies, {plan.search.status}"
+        f"{plan.search.num_strategies} strategies, {search_status(plan)}"
     )
     lines = [
         f"{plan.label}: {plan.model_name} ({plan.parameters / 1e9:.3g}B params) on "

@@ -16,10 +16,12 @@ from taps_core.cluster.topology import Topology
 from taps_core.errors import InfeasibleError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace
+from taps_core.plan.claims import FLAT_PROVEN, STAGES_UNPROVEN
 from taps_core.plan.records import Plan, SearchInfo
 from taps_core.search.configs import compute_floor_s, search_configurations, supports
 from taps_core.search.flat import SlowerThanCutoffError, search_flat
 from taps_core.search.pipeline import objective, plan_setting, search_pipeline
+from taps_core.search.pipeline_bound import pipeline_bounds
 from taps_core.search.problem import StrategyFilter
 
 DEFAULT_TIME_BUDGET_S = 60.0  # the exact memory-bound search reports its gap past this
@@ -28,8 +30,6 @@ DEFAULT_TIME_BUDGET_S = 60.0  # the exact memory-bound search reports its gap pa
 PIPELINE_COMM_SHARE = 0.1  # pipelines are tried when communication is at least this share
 
 
-# said in the note of every plan whose proof leaves pipeline shapes out (the dashboard reads it)
-STAGES_UNPROVEN = "other pipeline shapes are not proven"
 
 
 def search(
@@ -48,6 +48,7 @@ def search(
     allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None = None,
     expert_seed: bool = True,
     exact_fronts: bool = True,
+    prove_stages: bool = False,
 ) -> Plan:
     """Best plan under ``cost_model`` within ``space`` (and ``allow``), reported topology-aware.
 
@@ -68,6 +69,10 @@ def search(
     (None: no limit) with the best plan found and a proven lower bound (status "feasible").
     ``exact_fronts`` False stops it at the Lagrangian bound instead: deterministic, fast, the
     gap reported (what pricing a decision against its runner-up needs).
+
+    ``prove_stages`` bounds every pipeline shape (:mod:`taps_core.search.pipeline_bound`,
+    seconds to a minute on large models): "optimal" when every shape's bound is above the plan,
+    else the least bound of the open shapes is the certified one instead of the compute floor.
     """
     start = time.perf_counter()
     seed = None
@@ -90,8 +95,17 @@ def search(
         cut = True
     if seed is not None:
         flat_proven = cut or (flat is not None and flat.search.status == "optimal")
-        return _with_seed(graph, topology, flat, flat_proven, seed, mode, memory_limit_bytes,
+        plan = _with_seed(graph, topology, flat, flat_proven, seed, mode, memory_limit_bytes,
                           space, links, label, start, pipeline, time_budget_s)
+        if prove_stages and STAGES_UNPROVEN in plan.search.note:
+            # proven over plans without stages: the plan (flat_proven) or the flat search's gap
+            flat_lower = plan.total_time_s if flat_proven else min(
+                plan.total_time_s,
+                flat.search.lower_bound_s if flat is not None and flat.search.lower_bound_s
+                is not None else compute_floor_s(graph, topology, mode),
+            )
+            plan = _stages_proven(graph, topology, plan, flat_lower, links, space, start)
+        return plan
     if pipeline is None:
         # worth trying in training on several hosts when the plan without stages is not
         # already compute-bound: nothing fits, memory binds, or communication is >= 10%
@@ -155,6 +169,43 @@ def expert_plan(
     return min(plans, key=lambda p: (p.total_time_s, p.search.algorithm)) if plans else None
 
 
+def _stages_proven(
+    graph: OpGraph,
+    topology: Topology,
+    plan: Plan,
+    flat_lower_s: float,
+    links: LinkModel | None,
+    space: SearchSpace,
+    start: float,
+) -> Plan:
+    """``plan`` (whose proof left pipeline shapes out) with every shape bounded: "optimal" when
+    none can beat it and ``flat_lower_s`` (the proven bound over plans without stages and the
+    framework configurations, seconds) reaches it; else the least bound is the certified one
+    and the open shapes are named."""
+    bounds = pipeline_bounds(graph, topology, cutoff_s=plan.total_time_s, links=links,
+                             space=space)
+    opened = bounds.open
+    solved = sum(s.how == "stage optimum" for s in bounds.shapes)
+    said = (f"every pipeline shape bounded ({len(bounds.shapes)} shapes, {solved} by their "
+            f"stages' exact optimum)")
+    lower = min(plan.total_time_s, bounds.lower_bound_s, flat_lower_s)
+    if lower >= plan.total_time_s * (1 - 1e-9):
+        status, lower = "optimal", plan.total_time_s
+        tail = f"{said}: none can beat it"
+    else:
+        status = "feasible"
+        names = ", ".join(f"{s.stages}x{s.microbatches}" for s in opened[:6])
+        more = f" and {len(opened) - 6} more" if len(opened) > 6 else ""
+        tail = f"{said}: none faster than {bounds.lower_bound_s:.4g} s" + (
+            f"; {len(opened)} open (stages x micro-batches {names}{more})" if opened else ""
+        )
+    note = plan.search.note.replace(STAGES_UNPROVEN, tail)
+    return replace(plan, search=replace(
+        plan.search, status=status, lower_bound_s=lower, note=note,
+        time_s=time.perf_counter() - start,
+    ))
+
+
 def _with_seed(
     graph: OpGraph,
     topology: Topology,
@@ -186,8 +237,16 @@ def _with_seed(
     )
     open_note = STAGES_UNPROVEN
     if flat is not None and flat.total_time_s < seed.total_time_s:
-        if not staged or flat.search.status != "optimal":
+        if not staged:
             return flat  # proven over the whole space asked for (or its own gap stands)
+        if flat.search.status != "optimal":
+            own = flat.search.lower_bound_s
+            floor = compute_floor_s(graph, topology, mode)
+            return replace(flat, search=replace(
+                flat.search,
+                lower_bound_s=floor if own is None else min(own, floor),
+                note="; ".join(x for x in (flat.search.note, open_note) if x),
+            ))
         return replace(flat, search=replace(
             flat.search,
             time_s=time.perf_counter() - start,
@@ -195,7 +254,7 @@ def _with_seed(
             lower_bound_s=compute_floor_s(graph, topology, mode),
             note="; ".join(x for x in (
                 flat.search.note,
-                f"optimal among plans without stages and faster than every framework "
+                f"{FLAT_PROVEN} and faster than every framework "
                 f"configuration; {open_note}",
             ) if x),
         ))

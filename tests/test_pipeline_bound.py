@@ -1,0 +1,107 @@
+"""Proven bounds on pipelined plans: below every stage split of every shape (brute force over
+the splits), and the planner's "optimal" only when every shape is bounded above its plan."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import pytest
+
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.presets import preset
+from taps_core.models import build_graph, load_model_config
+from taps_core.search.configs import compute_floor_s
+from taps_core.search.pipeline import plan_setting, search_pipeline
+from taps_core.search.pipeline_bound import pipeline_bounds, shapes, stage_bound
+from taps_core.search.planner import search
+
+
+def _graph(name: str, **changes):
+    return build_graph(replace(load_model_config(name), **changes))
+
+
+def _splits(layers: int, p: int):
+    return [s for s in itertools.product(range(1, layers), repeat=p) if sum(s) == layers]
+
+
+def test_shapes_are_every_stage_and_microbatch_count():
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
+    # 4 hosts: 2 stages of 2 hosts (micro-batch a multiple of 2) or 4 stages of 1 host
+    assert shapes(graph, preset("dgx-a100:4")) == [
+        (2, 1), (2, 2), (2, 4), (4, 1), (4, 2), (4, 4), (4, 8),
+    ]
+    assert shapes(graph, preset("dgx-a100:1")) == []
+
+
+@pytest.mark.parametrize("limit", [None, 1e15])
+def test_bound_is_below_every_split_of_every_shape(limit):
+    """Brute force: each stage's plan exact, every split of the layers over the stages."""
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
+    topo = preset("dgx-a100:4")
+    links = LinkModel(topo)
+    checked = 0
+    for p, m in shapes(graph, topo):
+        bound = stage_bound(graph, topo, links, p, m)
+        steps = [
+            plan.total_time_s
+            for split in _splits(4, p)
+            if (plan := plan_setting(graph, topo, p=p, m=m, split=split,
+                                     memory_limit_bytes=limit)) is not None
+        ]
+        assert steps, (p, m)
+        assert min(steps) >= bound * (1 - 1e-9), (p, m, min(steps), bound)
+        checked += len(steps)
+    assert checked >= 10  # 13 settings: 3 splits x 3 counts at 2 stages, 1 x 4 at 4
+
+
+def test_the_pipeline_search_never_beats_its_shape_bound():
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
+    topo = preset("ethernet:4")
+    plan = search_pipeline(graph, topo, time_budget_s=None)
+    assert plan is not None and plan.pipeline is not None
+    bounds = pipeline_bounds(graph, topo, cutoff_s=plan.total_time_s)
+    shape = next(
+        s for s in bounds.shapes
+        if (s.stages, s.microbatches) == (len(plan.pipeline.stages), plan.pipeline.microbatches)
+    )
+    assert plan.total_time_s >= shape.bound_s * (1 - 1e-9)
+    assert plan.total_time_s >= bounds.lower_bound_s * (1 - 1e-9)
+
+
+def test_optimal_only_when_every_shape_is_bounded_above_the_plan():
+    graph = _graph("llama3-8b", num_hidden_layers=2, batch_size=8, seq_length=512)
+    topo = preset("dgx-a100:2")
+    plain = search(graph, topo)
+    proven = search(graph, topo, prove_stages=True)
+    assert plain.search.status == "feasible"  # pipeline shapes left out of its proof
+    assert proven.search.status == "optimal"
+    assert proven.total_time_s == plain.total_time_s
+    assert proven.search.lower_bound_s == proven.total_time_s
+    assert "none can beat it" in proven.search.note
+
+
+def test_open_shapes_are_named_and_their_bound_certified():
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=16, seq_length=256)
+    topo = preset("dgx-a100:2")
+    plan = search(graph, topo, prove_stages=True)
+    assert plan.search.status == "feasible"
+    floor = compute_floor_s(graph, topo, "train")
+    assert floor < plan.search.lower_bound_s < plan.total_time_s  # tighter than the floor
+    assert "open (stages x micro-batches 2x" in plan.search.note
+    # the certified bound is below every pipelined plan of the open shapes
+    for m in (1, 2, 4, 8):
+        for split in _splits(4, 2):
+            piped = plan_setting(graph, topo, p=2, m=m, split=split)
+            if piped is not None:
+                assert piped.total_time_s >= plan.search.lower_bound_s * (1 - 1e-9)
+
+
+def test_stage_solves_are_a_fixed_count_not_a_clock():
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
+    topo = preset("dgx-a100:4")
+    few = pipeline_bounds(graph, topo, cutoff_s=1.0, max_stage_solves=2)
+    assert sum(s.how == "stage optimum" for s in few.shapes) == 2
+    full = pipeline_bounds(graph, topo, cutoff_s=1.0)
+    for a, b in zip(few.shapes, full.shapes):
+        assert a.bound_s <= b.bound_s * (1 + 1e-12)  # the compute floor is the weaker bound
