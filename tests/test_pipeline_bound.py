@@ -85,6 +85,7 @@ def test_open_shapes_are_named_and_their_bound_certified():
     graph = _graph("gpt2", num_hidden_layers=4, batch_size=16, seq_length=256)
     topo = preset("dgx-a100:2")
     plan = search(graph, topo, prove_stages=True)
+    assert plan.total_time_s <= search(graph, topo).total_time_s  # refined, never slower
     assert plan.search.status == "feasible"
     floor = compute_floor_s(graph, topo, "train")
     assert floor < plan.search.lower_bound_s < plan.total_time_s  # tighter than the floor
@@ -105,3 +106,44 @@ def test_stage_solves_are_a_fixed_count_not_a_clock():
     full = pipeline_bounds(graph, topo, cutoff_s=1.0)
     for a, b in zip(few.shapes, full.shapes):
         assert a.bound_s <= b.bound_s * (1 + 1e-12)  # the compute floor is the weaker bound
+
+
+def test_a_subproblem_prices_its_ops_as_their_own_stage_graph():
+    """The middle layers and the first layer with the embeddings, solved as subsets of the
+    first stage's problem, equal the optima of their own stage graphs."""
+    from taps_core.cluster.topology import sub_topology
+    from taps_core.costs.collectives import TopologyCost
+    from taps_core.search.layered import solve_problem
+    from taps_core.search.pipeline import stage_graph
+    from taps_core.search.problem import build_problem
+
+    graph = _graph("gpt2", num_hidden_layers=6, batch_size=8, seq_length=64)
+    topo = sub_topology(preset("dgx-a100:2"), (0,))
+    comm = TopologyCost(LinkModel(topo))
+
+    def problem(a, b, head):
+        part = stage_graph(graph, a, b, head=head, tail=False)
+        return build_problem(part, topo, "train", comm, microbatches=2).restricted(1)
+
+    whole = problem(0, 3, True)
+    layers = whole.subproblem({n for n, lay in whole.layer.items() if lay is not None})
+    first = whole.subproblem({n for n, lay in whole.layer.items() if lay in (None, 0)})
+    assert solve_problem(layers).cost == pytest.approx(solve_problem(problem(0, 3, False)).cost,
+                                                      rel=1e-12)
+    assert solve_problem(first).cost == pytest.approx(solve_problem(problem(0, 0, True)).cost,
+                                                     rel=1e-12)
+
+
+def test_least_max_over_splits_by_brute_force():
+    import numpy as np
+
+    from taps_core.search.pipeline_bound import least_max_over_splits
+
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        p, layers = int(rng.integers(2, 4)), int(rng.integers(4, 8))
+        g = np.cumsum(rng.random((p, layers - p + 1)), axis=1)  # non-decreasing rows
+        brute = min(
+            max(g[i, k - 1] for i, k in enumerate(split)) for split in _splits(layers, p)
+        )
+        assert least_max_over_splits(g, layers) == pytest.approx(brute, rel=1e-12)

@@ -329,6 +329,11 @@ def plan_setting(
     )
 
 
+def candidate_splits(layers: int, p: int) -> list[tuple[int, ...]]:
+    """The layer splits tried per shape: balanced, and the last stage one layer lighter."""
+    return _splits(layers, p)
+
+
 def balanced_split(layers: int, p: int) -> tuple[int, ...]:
     """Layer counts of ``p`` stages as even as possible, the first stages one heavier."""
     return _splits(layers, p)[0]

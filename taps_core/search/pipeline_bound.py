@@ -27,7 +27,10 @@ FLOP at peak, no communication) closes a shape without a solve when it already s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+
+import numpy as np
 
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology, sub_topology
@@ -44,7 +47,7 @@ from taps_core.search.pipeline import (
     send_seconds,
     stage_graph,
 )
-from taps_core.search.problem import build_problem
+from taps_core.search.problem import SearchProblem, build_problem
 
 MAX_STAGE_SOLVES = 24  # shapes given the exact stage bound; the rest keep the compute bound
 
@@ -142,10 +145,18 @@ def stage_bound(
     space: SearchSpace = SearchSpace(),
     cutoff_s: float = math.inf,
 ) -> float:
-    """The proven bound (seconds) on every plan of ``p`` stages x ``m`` micro-batches: the
-    stage with the most layers paces it (module doc), and so do the first and the last stage,
-    each holding at least one layer; the largest of the three. The last two are skipped once
-    the first reaches ``cutoff_s``."""
+    """The proven bound (seconds) on every plan of ``p`` stages x ``m`` micro-batches.
+
+    Every stage ``s`` paces the step from below (module doc): ``step >= g_s(k_s)`` with
+    ``g_s(k) = T_s(k) + m * send_s + (floor of the other stages) / m + their sends``, where
+    ``T_s(k)`` is a lower bound on stage ``s``'s plan with ``k`` layers, non-decreasing in
+    ``k`` by at least a layer's floor. So ``step >= min over splits of max_s g_s(k_s)``,
+    found exactly by a threshold search. ``T`` comes from five exact unconstrained optima
+    (``k0`` middle layers; one and ``k0`` layers with the first stage's ops and with the
+    last's; two problems built, the others solved as their subsets), extended by a layer's
+    least cost per extra layer. When the one-solve bound (the stage with the most layers
+    paces it) already reaches ``cutoff_s``, it is returned. The others' floor is their ops'
+    cheapest options without gradient sync (at least their compute)."""
     span = layer_range(graph)
     assert span is not None
     first, last = span
@@ -158,38 +169,97 @@ def stage_bound(
     gpus = sub.num_gpus
     comm = TopologyCost(LinkModel(sub))
 
-    def optimum(a: int, b: int, head: bool, tail: bool) -> float:
+    def problem_of(a: int, b: int, head: bool, tail: bool) -> SearchProblem:
         part = stage_graph(micro, a, b, head=head, tail=tail)
         problem = build_problem(part, sub, "train", comm, space=space, microbatches=m)
-        return solve_problem(problem.restricted(PIPELINE_ZERO[0])).cost
+        return problem.restricted(PIPELINE_ZERO[0])
 
     middle = stage_graph(micro, first, first + k0 - 1, head=False, tail=False)
-    t_mid = optimum(first, first + k0 - 1, False, False)
-    # compute floors (seconds, all m micro-batches) of k0 layers and of the ops outside them
-    layer_s = _compute_s(middle, sub, gpus) * m
-    head_s = _compute_s(_outside(micro, before=True), sub, gpus) * m
-    tail_s = _compute_s(_outside(micro, before=False), sub, gpus) * m
-    total_s = _compute_s(micro, sub, gpus) * m
+    # the first stage's ops with k0 layers; its layers alone are the k0 middle layers
+    head_problem = problem_of(first, min(first + k0 - 1, last), True, False)
+    t_mid = _least_cost(head_problem, lambda lay: lay is not None)
+    # floors (seconds, all m micro-batches) of a layer and of the ops before and after the
+    # layers: their cheapest options without gradient sync (at least their compute)
+    tail_problem = problem_of(max(last - k0 + 1, first), last, False, True)
+    one_s = max(_own_floor_s(head_problem, lambda lay: lay == first),
+                _compute_s(middle, sub, gpus) * m / k0)
+    head_s = max(_own_floor_s(head_problem, lambda lay: lay is None),
+                 _compute_s(_outside(micro, before=True), sub, gpus) * m)
+    tail_s = max(_own_floor_s(tail_problem, lambda lay: lay is None),
+                 _compute_s(_outside(micro, before=False), sub, gpus) * m)
+    total_s = layers * one_s + head_s + tail_s
+    grow_s = max(one_s, _cheapest_layer_s(head_problem, first))  # T's least growth per layer
     send = _sends(micro, topology, links, p, span)
-    one_s = layer_s / k0  # one layer's floor
 
-    def paced(s: int, t_s: float, own_s: float) -> float:
+    def paced(s: int, t_s: np.ndarray | float, own_s: np.ndarray | float) -> np.ndarray:
         """The bound when stage ``s`` (plan at least ``t_s``, its ops' floor ``own_s``)
         paces the pipeline and the others run at their compute floor."""
-        return t_s + m * send[s] + max((total_s - own_s) / m, 0.0) + sum(send) - send[s]
+        rest = np.maximum((total_s - np.asarray(own_s)) / m, 0.0)
+        return np.asarray(t_s) + m * send[s] + rest + sum(send) - send[s]
 
-    most = min(
-        paced(s, t_mid + extra, layer_s + extra)
+    quick = min(
+        float(paced(s, t_mid + extra, k0 * one_s + extra))
         for s in sorted({0, p - 1, *_cheapest_middle(send)})
         for extra in [(head_s if s == 0 else 0.0) + (tail_s if s == p - 1 else 0.0)]
     )
-    if most >= cutoff_s:
-        return most
-    ends = (
-        paced(0, optimum(first, first, True, False), one_s + head_s),
-        paced(p - 1, optimum(last, last, False, True), one_s + tail_s),
+    if quick >= cutoff_s:
+        return quick
+    ks = np.arange(1, layers - p + 2, dtype=float)
+    mid = np.where(ks >= k0, t_mid + (ks - k0) * grow_s, ks * grow_s)
+
+    def ends(t_one: float, t_k0: float, extra_s: float) -> np.ndarray:
+        """Lower bounds on a first or last stage of each layer count (seconds)."""
+        grown = np.where(ks >= k0, t_k0 + (ks - k0) * grow_s, 0.0)
+        return np.maximum.reduce([mid + extra_s, t_one + (ks - 1) * grow_s, grown])
+
+    head_one = _least_cost(head_problem, lambda lay: lay is None or lay == first)
+    head_k0 = solve_problem(head_problem).cost
+    tail_one = _least_cost(tail_problem, lambda lay: lay is None or lay == last)
+    tail_k0 = solve_problem(tail_problem).cost
+    rows = [paced(0, ends(head_one, head_k0, head_s), ks * one_s + head_s)]
+    rows += [paced(i, mid, ks * one_s) for i in range(1, p - 1)]
+    rows.append(paced(p - 1, ends(tail_one, tail_k0, tail_s), ks * one_s + tail_s))
+    return max(quick, least_max_over_splits(np.array(rows), layers))
+
+
+def _least_cost(problem: SearchProblem, keep: Callable[[int | None], bool]) -> float:
+    """The exact unconstrained optimum (seconds) of the nodes of ``problem`` whose layer
+    ``keep`` accepts: the same ops priced as in a stage graph of their own."""
+    nodes = {n for n, lay in problem.layer.items() if keep(lay)}
+    return solve_problem(problem.subproblem(nodes)).cost
+
+
+def least_max_over_splits(g: np.ndarray, layers: int) -> float:
+    """``min over k_1 + ... + k_p = layers, k_i >= 1`` of ``max_i g[i, k_i - 1]``, for rows
+    ``g`` non-decreasing in ``k``: the least value ``t`` at which every stage can take a
+    layer and the stages together can take all of them (each up to the last ``k`` with
+    ``g[i, k - 1] <= t``)."""
+    values = np.unique(g)
+    lo, hi = 0, len(values) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        take = (g <= values[mid]).sum(axis=1)
+        if take.min() >= 1 and take.sum() >= layers:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(values[lo])
+
+
+def _own_floor_s(problem: SearchProblem, keep: Callable[[int | None], bool]) -> float:
+    """Seconds the op nodes whose layer ``keep`` accepts take at least without gradient sync:
+    each node's cheapest option (``SearchProblem.own_floor_s``), edges left out."""
+    return sum(t for n, t in problem.own_floor_s.items() if keep(problem.layer[n]))
+
+
+def _cheapest_layer_s(problem: SearchProblem, layer: int) -> float:
+    """Seconds one layer's ops take at least: each op node's cheapest option (any strategy,
+    recomputation or ZeRO option), edges left out (they cost no less than zero)."""
+    return sum(
+        min(float(t.min()) for t in problem.option_time[n].values())
+        for n, lay in problem.layer.items()
+        if lay == layer
     )
-    return max(most, *ends)
 
 
 def _cheapest_middle(send: list[float]) -> list[int]:

@@ -20,11 +20,18 @@ from taps_core.plan.claims import FLAT_PROVEN, STAGES_UNPROVEN
 from taps_core.plan.records import Plan, SearchInfo
 from taps_core.search.configs import compute_floor_s, search_configurations, supports
 from taps_core.search.flat import SlowerThanCutoffError, search_flat
-from taps_core.search.pipeline import objective, plan_setting, search_pipeline
-from taps_core.search.pipeline_bound import pipeline_bounds
+from taps_core.search.pipeline import (
+    candidate_splits,
+    layer_range,
+    objective,
+    plan_setting,
+    search_pipeline,
+)
+from taps_core.search.pipeline_bound import ShapeBound, pipeline_bounds
 from taps_core.search.problem import StrategyFilter
 
 DEFAULT_TIME_BUDGET_S = 60.0  # the exact memory-bound search reports its gap past this
+REFINED_SHAPES = 2  # open pipeline shapes planned in full when stages are proven
 
 
 PIPELINE_COMM_SHARE = 0.1  # pipelines are tried when communication is at least this share
@@ -104,7 +111,8 @@ def search(
                 flat.search.lower_bound_s if flat is not None and flat.search.lower_bound_s
                 is not None else compute_floor_s(graph, topology, mode),
             )
-            plan = _stages_proven(graph, topology, plan, flat_lower, links, space, start)
+            plan = _stages_proven(graph, topology, plan, flat_lower, links, space, start,
+                                  memory_limit_bytes, label)
         return plan
     if pipeline is None:
         # worth trying in training on several hosts when the plan without stages is not
@@ -177,13 +185,23 @@ def _stages_proven(
     links: LinkModel | None,
     space: SearchSpace,
     start: float,
+    memory_limit_bytes: float | None,
+    label: str,
 ) -> Plan:
     """``plan`` (whose proof left pipeline shapes out) with every shape bounded: "optimal" when
     none can beat it and ``flat_lower_s`` (the proven bound over plans without stages and the
     framework configurations, seconds) reaches it; else the least bound is the certified one
-    and the open shapes are named."""
+    and the open shapes are named.
+
+    The ``REFINED_SHAPES`` open shapes of least bound are planned first (their balanced layer
+    splits, every stage's plan searched exactly, no clock): a faster pipeline replaces the
+    plan, and the shapes are bounded again against it."""
     bounds = pipeline_bounds(graph, topology, cutoff_s=plan.total_time_s, links=links,
                              space=space)
+    plan = _refined(graph, topology, plan, sorted(
+        bounds.open, key=lambda sh: sh.bound_s)[:REFINED_SHAPES], memory_limit_bytes, space,
+        links, label)
+    bounds = replace(bounds, cutoff_s=plan.total_time_s)
     opened = bounds.open
     solved = sum(s.how == "stage optimum" for s in bounds.shapes)
     said = (f"every pipeline shape bounded ({len(bounds.shapes)} shapes, {solved} by their "
@@ -203,6 +221,49 @@ def _stages_proven(
     return replace(plan, search=replace(
         plan.search, status=status, lower_bound_s=lower, note=note,
         time_s=time.perf_counter() - start,
+    ))
+
+
+def _refined(
+    graph: OpGraph,
+    topology: Topology,
+    plan: Plan,
+    shapes: list[ShapeBound],
+    memory_limit_bytes: float | None,
+    space: SearchSpace,
+    links: LinkModel | None,
+    label: str,
+) -> Plan:
+    """The fastest of ``plan`` and the pipelines of ``shapes`` (each with the layer splits
+    :func:`~taps_core.search.pipeline.candidate_splits` gives, every stage searched exactly)."""
+    best = plan
+    span = layer_range(graph)
+    if span is None:
+        return plan
+    for shape in shapes:
+        if shape.bound_s >= best.total_time_s * (1 - 1e-9):
+            continue
+        for split in candidate_splits(span[1] - span[0] + 1, shape.stages):
+            piped = plan_setting(
+                graph, topology, p=shape.stages, m=shape.microbatches, split=split,
+                memory_limit_bytes=memory_limit_bytes, space=space, links=links,
+            )
+            if piped is not None and piped.total_time_s < best.total_time_s * (1 - 1e-12):
+                best = piped
+    if best is plan:
+        return plan
+    pi = best.pipeline
+    assert pi is not None
+    split = "/".join(str(st.layers[1] - st.layers[0] + 1) for st in pi.stages)
+    note = (
+        f"per-op stage plans: {len(pi.stages)} stages x {pi.microbatches} micro-batches "
+        f"(layers {split}), every stage's plan searched exactly; faster than the plan "
+        f"before ({plan.total_time_s:.4g} s: {plan.search.note}"
+    )
+    note = note.replace(f"; {STAGES_UNPROVEN}", "") + f"); {STAGES_UNPROVEN}"
+    return replace(best, label=label, cost_model="topology", search=SearchInfo(
+        "taps-stages", best.search.time_s, best.search.num_strategies, "feasible", 0.0,
+        None, note,
     ))
 
 

@@ -116,6 +116,8 @@ class SearchProblem:
     edges: list[Edge]
     layer: dict[str, int | None]
     op_costs: dict[str, list[list[OpCost]]] = field(default_factory=dict)
+    # per op node: the least seconds of any option without gradient sync and ZeRO gathers
+    own_floor_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:
@@ -164,7 +166,21 @@ class SearchProblem:
         return SearchProblem(
             self.graph, self.topology, self.mesh, self.mode, self.microbatches,
             self.strategies, self.members, self.layouts, times, mems, zeros, self.edges,
-            self.layer, self.op_costs,
+            self.layer, self.op_costs, self.own_floor_s,
+        )
+
+    def subproblem(self, keep: set[str]) -> SearchProblem:
+        """The same problem on the nodes ``keep`` only (edges to the others dropped): each kept
+        op priced as before, as in a graph of those ops alone."""
+        def only(d: dict) -> dict:
+            return {n: v for n, v in d.items() if n in keep}
+
+        return SearchProblem(
+            self.graph, self.topology, self.mesh, self.mode, self.microbatches,
+            only(self.strategies), only(self.members), only(self.layouts),
+            only(self.option_time), only(self.option_memory), only(self.option_zero),
+            [e for e in self.edges if e.u in keep and e.v in keep], only(self.layer),
+            only(self.op_costs), only(self.own_floor_s),
         )
 
     def min_memory(self, node: str) -> float:
@@ -304,7 +320,8 @@ def _group_options(
     activation_copies: int,
 ) -> tuple:
     """One search node's options: (strategies, time s and memory bytes per option by
-    recomputation, ZeRO stages of the columns, per-op costs), per step of ``k`` micro-batches."""
+    recomputation, ZeRO stages of the columns, per-op costs, the least time of any option
+    without gradient sync and ZeRO gathers), per step of ``k`` micro-batches."""
     train = mode == "train"
     stages = (0, 1, 2, 3) if train else (0, 3)
     strats = _group_strategies(graph, ops, mesh, space, allow)
@@ -329,10 +346,12 @@ def _group_options(
         if rc:  # the layer re-created in backward, one at a time (1/L each)
             act = act + sum(t.saved - t.boundary for t in tabs) / max(1, graph.num_layers)
         times[rc] = base[:, None] + wt
+        if not rc:
+            own = float(base.min())
         mems[rc] = (act + fixed)[:, None] + wm
     if not train:
         times[True], mems[True] = times[False], mems[False]
-    return strats, times, mems, zeros, [t.costs for t in tabs]
+    return strats, times, mems, zeros, [t.costs for t in tabs], own
 
 
 def build_problem(
@@ -361,6 +380,7 @@ def build_problem(
     option_zero: dict[str, tuple[int, ...]] = {}
     layer: dict[str, int | None] = {}
     op_costs: dict[str, list[list[OpCost]]] = {}
+    own_floor: dict[str, float] = {}
     memo: dict[tuple, tuple] = {}
     for node, names in members.items():
         ops = [graph.op_by_name[n] for n in names]
@@ -369,7 +389,8 @@ def build_problem(
             memo[sig] = _group_options(
                 graph, ops, mesh, topology, mode, comm, space, allow, k, activation_copies
             )
-        strats, times, mems, zeros, costs = memo[sig]
+        strats, times, mems, zeros, costs, own = memo[sig]
+        own_floor[node] = own
         strategies[node] = strats
         lay = ops[0].layer
         layered = train and lay is not None
@@ -441,6 +462,7 @@ def build_problem(
         edges,
         {n: layer[n] for n in ordered},
         op_costs,
+        own_floor,
     )
 
 
