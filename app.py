@@ -16,7 +16,7 @@ from dashboard.widgets import sidebar
 st.set_page_config(page_title="TAPS Planner", page_icon="🧭", layout="wide")
 
 PAGES = [  # file, title, icon, url path, the page's own URL parameters; first = home page
-    ("app_pages/plan.py", "Plan", "account_tree", "plan", ("expand", "yours")),
+    ("app_pages/plan.py", "Plan", "account_tree", "plan", ("expand", "yours", "prove")),
     ("app_pages/topology.py", "Topology", "hub", "topology", ("overlay",)),
     ("app_pages/links.py", "Links", "conversion_path", "links", ("top",)),
     ("app_pages/compare.py", "Compare", "compare_arrows", "compare", ("baseline", "cmp_expand")),

@@ -132,9 +132,15 @@ def _message(err: BaseException) -> str:
 
 @st.cache_data(ttl=TTL, max_entries=64, show_spinner=False)
 def plan(
-    work: Workload, topo_json: str, mode: str, cost_model: str, memory_limit_bytes: float | None
+    work: Workload,
+    topo_json: str,
+    mode: str,
+    cost_model: str,
+    memory_limit_bytes: float | None,
+    prove_stages: bool = False,
 ) -> Plan | Failure:
-    """The searched plan (``taps`` label for the topology cost model, ``volume`` otherwise)."""
+    """The searched plan (``taps`` label for the topology cost model, ``volume`` otherwise);
+    ``prove_stages`` bounds every pipeline shape too (the same plan, a stronger claim)."""
     g = graph_or_failure(work)
     if isinstance(g, Failure):
         return g
@@ -147,6 +153,7 @@ def plan(
             memory_limit_bytes=memory_limit_bytes,
             label="taps" if cost_model == "topology" else "volume",
             links=link_model(topo_json),
+            prove_stages=prove_stages,
         )
     except TapsError as err:
         return Failure(str(err))

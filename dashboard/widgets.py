@@ -301,13 +301,16 @@ def need_topology(ctx: Context) -> Any:
     return cache.topology(ctx.topo_json)
 
 
-def need_plan(ctx: Context) -> Plan:
-    """The plan for the sidebar settings (spinner on a first search), or an error and stop."""
+def need_plan(ctx: Context, prove_stages: bool = False) -> Plan:
+    """The plan for the sidebar settings (spinner on a first search), or an error and stop;
+    ``prove_stages`` also bounds every pipeline shape (the same plan, a stronger claim)."""
     need_model(ctx)
     need_topology(ctx)
-    with st.spinner(f"Searching plans for {ctx.model} on {ctx.topo_label}…"):
+    what = "Bounding every pipeline shape" if prove_stages else "Searching plans"
+    with st.spinner(f"{what} for {ctx.model} on {ctx.topo_label}…"):
         plan = cache.plan(
-            ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes
+            ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes,
+            prove_stages,
         )
     if isinstance(plan, cache.Failure):
         message = plan.message

@@ -163,6 +163,21 @@ def test_plan_expand_toggle_shows_every_layer():
     assert len(at.dataframe[0].value) == full > 100  # every op, drawn and tabled
 
 
+def test_plan_prove_toggle_keeps_the_plan_and_states_the_proof():
+    at = app()
+    step = metric(at, "Step time")
+    before = [c.value for c in at.caption if "Search result" in c.value]
+    assert before and "not proven" in before[0]
+    at.toggle(key="plan_prove").set_value(True)
+    rerun(at)
+    assert metric(at, "Step time") == step  # the same plan
+    after = [c.value for c in at.caption if "Search result" in c.value]
+    assert after and "not proven" not in after[0]
+    assert "optimal (proven)" in after[0] or "of the proven bound" in after[0]
+    assert any("every pipeline shape bounded" in i.value for i in at.info)
+    assert at.query_params["prove"] in (["1"], "1")
+
+
 def test_changing_widgets_changes_the_plan():
     at = app(batch="32", seq="1024")  # big enough that the plan uses the network
     inter = metric(at, "Inter-node bytes")

@@ -80,6 +80,7 @@ def search(
     ``prove_stages`` bounds every pipeline shape (:mod:`taps_core.search.pipeline_bound`,
     seconds to a minute on large models): "optimal" when every shape's bound is above the plan,
     else the least bound of the open shapes is the certified one instead of the compute floor.
+    With ``pipeline`` True as well, the open shapes of least bound are planned in full first.
     """
     start = time.perf_counter()
     seed = None
@@ -112,7 +113,7 @@ def search(
                 is not None else compute_floor_s(graph, topology, mode),
             )
             plan = _stages_proven(graph, topology, plan, flat_lower, links, space, start,
-                                  memory_limit_bytes, label)
+                                  memory_limit_bytes, label, refine=pipeline is True)
         return plan
     if pipeline is None:
         # worth trying in training on several hosts when the plan without stages is not
@@ -187,18 +188,19 @@ def _stages_proven(
     start: float,
     memory_limit_bytes: float | None,
     label: str,
+    refine: bool,
 ) -> Plan:
     """``plan`` (whose proof left pipeline shapes out) with every shape bounded: "optimal" when
     none can beat it and ``flat_lower_s`` (the proven bound over plans without stages and the
     framework configurations, seconds) reaches it; else the least bound is the certified one
     and the open shapes are named.
 
-    The ``REFINED_SHAPES`` open shapes of least bound are planned first (their balanced layer
-    splits, every stage's plan searched exactly, no clock): a faster pipeline replaces the
-    plan, and the shapes are bounded again against it."""
+    With ``refine``, the ``REFINED_SHAPES`` open shapes of least bound are planned first (their
+    balanced layer splits, every stage's plan searched exactly, no clock): a faster pipeline
+    replaces the plan, and the shapes are bounded again against it. Without, the plan stays."""
     bounds = pipeline_bounds(graph, topology, cutoff_s=plan.total_time_s, links=links,
                              space=space)
-    plan = _refined(graph, topology, plan, sorted(
+    plan = plan if not refine else _refined(graph, topology, plan, sorted(
         bounds.open, key=lambda sh: sh.bound_s)[:REFINED_SHAPES], memory_limit_bytes, space,
         links, label)
     bounds = replace(bounds, cutoff_s=plan.total_time_s)
