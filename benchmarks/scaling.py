@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         r = rows[-1]
         print(f"{run.params_b:g}B on {run.gpus} GPUs: {r.search_s:.2f} s search, "
               f"{r.step_s:.2f} s step ({r.chosen}); published {r.published_priced_s:.2f} s "
-              f"same model, {run.published_step_s():.2f} s measured", file=sys.stderr)
+              f"same model, {run.published_step_s():.2f} s measured; with proof "
+              f"{_proof_cells(r)}", file=sys.stderr)
     text = section(rows, args.quick)
     print(table(rows))
     if not args.no_write:
