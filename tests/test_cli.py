@@ -312,3 +312,20 @@ def test_sweep_table_says_why_a_plan_does_not_fit(capsys):
                          "128", "--from", "100", "--to", "400", "--points", "1", "--plans",
                          ""], capsys)
     assert code == 0 and "does not fit at 2 of 2 bandwidths: batch_size" in out
+
+
+def test_plan_prove_stages_states_the_proof(capsys):
+    args = ["plan", "gpt2", "--topology", "dgx-a100:2", "--batch", "8", "--seq", "64"]
+    code, plain, _ = _run([*args, "--json", "-"], capsys)
+    assert code == 0
+    code, proved, _ = _run([*args, "--prove-stages", "--json", "-"], capsys)
+    assert code == 0
+    plain, proved = json.loads(plain), json.loads(proved)
+    assert proved["totals"] == plain["totals"]  # the same plan, a stronger claim
+    assert "every pipeline shape bounded" in proved["search"]["note"]
+    assert "not proven" not in proved["search"]["note"]
+    assert proved["search"]["lower_bound_s"] <= proved["totals"]["total_time_s"]
+    assert "not proven" in plain["search"]["claim"]
+    assert "not proven" not in proved["search"]["claim"]
+    code, table, _ = _run([*args, "--prove-stages"], capsys)
+    assert code == 0 and ("optimal (proven)" in table or "of the proven bound" in table)

@@ -101,6 +101,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             "status": plan.search.status,
             "lower_bound_s": plan.search.lower_bound_s,
             "note": plan.search.note,
+            "claim": search_status(plan),
         },
         "summary": describe(plan),
     }

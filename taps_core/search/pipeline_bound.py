@@ -8,20 +8,19 @@ any memory) lies inside it. Its step under 1F1B is
     (m - 1) * max_i mb_i + sum_i mb_i + max_i sync_i,   mb_i = own_i / m + send_i,
 
 with ``own_i + sync_i = T_i``, the stage plan's own step (all ``m`` micro-batches, gradient
-sync once). Keeping only stage ``s``'s terms at full weight,
+sync once). Keeping only stage ``s``'s terms at full weight, for every ``s``,
 
     step >= T_s + m * send_s + sum_{j != s} (own_j / m + send_j).
 
-Take ``s`` a stage with the most layers: ``k_s >= k0 = ceil(L / p)``. Its ops contain those of a
-stage of ``k0`` middle layers (the ops left out cost at least their compute floor, every cost is
-non-negative and the edges kept are the same), so ``T_s >= T_mid(k0) + (k_s - k0) * layer floor
-+ head/tail floor``, where ``T_mid(k0)`` is the exact unconstrained optimum of ``k0`` middle
-layers (:func:`taps_core.search.layered.solve_problem`); every ``own_j`` is at least its compute
-floor. Each extra layer on ``s`` adds its floor to ``T_s`` and takes ``1 / m`` of it from the
-others, so ``k_s = k0`` gives the least bound; ``s`` may be the first, a middle or the last
-stage, so the least of the three is taken. The sends (:func:`~taps_core.search.pipeline.
-send_seconds`) depend on the shape only. The cheaper bound ``floor * (m + p - 1) / m`` (every
-FLOP at peak, no communication) closes a shape without a solve when it already suffices.
+``T_s`` of a stage with ``k`` layers is at least the exact unconstrained optimum of a part of
+its ops (dropping ops keeps the others' costs and edges, and every cost is non-negative), plus a
+layer's least cost for every layer dropped; ``own_j`` is at least the cheapest options of its ops
+without gradient sync. These bounds grow with ``k``, so the least over all layer splits of the
+largest of them is found exactly by a threshold search (:func:`least_max_over_splits`). The
+sends (:func:`~taps_core.search.pipeline.send_seconds`) depend on the shape only. The cheaper
+bound ``floor * (m + p - 1) / m`` (every FLOP at peak, no communication) closes a shape without
+a solve when it already suffices. Memory is not used, so the bound is loose where memory binds
+hard (the 1T GPT), and where one stage's gradient sync is large while another paces the step.
 """
 
 from __future__ import annotations
