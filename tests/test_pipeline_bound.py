@@ -151,3 +151,18 @@ def test_least_max_over_splits_by_brute_force():
             max(g[i, k - 1] for i, k in enumerate(split)) for split in _splits(layers, p)
         )
         assert least_max_over_splits(g, layers) == pytest.approx(brute, rel=1e-12)
+
+
+def test_a_plan_without_stages_with_its_own_gap_still_says_stages_are_unproven():
+    """A cut-short memory-bound search without stages, where stages are possible: its bound
+    is no longer that search's own (it covered plans without stages only)."""
+    from taps_core.plan.claims import STAGES_UNPROVEN, search_status
+
+    graph = _graph("gpt2", num_hidden_layers=6, batch_size=8, seq_length=256)
+    topo = preset("dgx-a100:2")
+    limit = 0.55 * search(graph, topo, time_budget_s=None).memory.total
+    cut = search(graph, topo, memory_limit_bytes=limit, time_budget_s=1e-4)
+    assert cut.search.status == "feasible" and cut.pipeline is None
+    assert cut.search.note.endswith(f"(among plans without stages); {STAGES_UNPROVEN}")
+    assert cut.search.lower_bound_s <= compute_floor_s(graph, topo, "train")
+    assert "not proven" in search_status(cut)

@@ -308,7 +308,10 @@ def _with_seed(
             return replace(flat, search=replace(
                 flat.search,
                 lower_bound_s=floor if own is None else min(own, floor),
-                note="; ".join(x for x in (flat.search.note, open_note) if x),
+                note="; ".join(x for x in (
+                    f"{flat.search.note} (among plans without stages)" if flat.search.note
+                    else "", open_note,
+                ) if x),
             ))
         return replace(flat, search=replace(
             flat.search,
