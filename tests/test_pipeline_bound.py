@@ -166,3 +166,11 @@ def test_a_plan_without_stages_with_its_own_gap_still_says_stages_are_unproven()
     assert cut.search.note.endswith(f"(among plans without stages); {STAGES_UNPROVEN}")
     assert cut.search.lower_bound_s <= compute_floor_s(graph, topo, "train")
     assert "not proven" in search_status(cut)
+
+
+def test_models_whose_layers_differ_are_refused():
+    from taps_core.errors import InvalidInputError
+
+    graph = _graph("resnet50", batch_size=16)  # its stages' blocks differ
+    with pytest.raises(InvalidInputError, match="identical layers"):
+        pipeline_bounds(graph, preset("dgx-a100:2"), cutoff_s=1.0)

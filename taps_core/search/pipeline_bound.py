@@ -34,10 +34,11 @@ import numpy as np
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology, sub_topology
 from taps_core.costs.collectives import TopologyCost
+from taps_core.errors import InvalidInputError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace
 from taps_core.models import build_graph
-from taps_core.search.configs import compute_bound_flops
+from taps_core.search.configs import compute_bound_flops, uniform_layers
 from taps_core.search.layered import solve_problem
 from taps_core.search.pipeline import (
     MAX_STAGES,
@@ -113,7 +114,10 @@ def pipeline_bounds(
 
     Shapes whose compute bound reaches ``cutoff_s`` (seconds) are closed by it; of the others,
     the ``max_stage_solves`` with the least compute bound get the exact stage bound (a fixed
-    count, not a clock, so the answer never depends on the machine)."""
+    count, not a clock, so the answer never depends on the machine). The model must be a stack
+    of identical layers (the bound extends one layer's costs to the others)."""
+    if not uniform_layers(graph):
+        raise InvalidInputError("graph", graph.name, "a stack of identical layers")
     links = links or LinkModel(topology)
     found: list[ShapeBound] = []
     pending: list[tuple[float, int, int]] = []
