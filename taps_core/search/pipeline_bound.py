@@ -26,8 +26,7 @@ hard (the 1T GPT), and where one stage's gradient sync is large while another pa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -47,7 +46,7 @@ from taps_core.search.pipeline import (
     send_seconds,
     stage_graph,
 )
-from taps_core.search.problem import SearchProblem, build_problem
+from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
 
 MAX_STAGE_SOLVES = 24  # shapes given the exact stage bound; the rest keep the compute bound
 
@@ -172,26 +171,26 @@ def stage_bound(
     gpus = sub.num_gpus
     comm = TopologyCost(LinkModel(sub))
 
-    def problem_of(a: int, b: int, head: bool, tail: bool) -> SearchProblem:
-        part = stage_graph(micro, a, b, head=head, tail=tail)
-        problem = build_problem(part, sub, "train", comm, space=space, microbatches=m)
-        return problem.restricted(PIPELINE_ZERO[0])
-
-    middle = stage_graph(micro, first, first + k0 - 1, head=False, tail=False)
-    # the first stage's ops with k0 layers; its layers alone are the k0 middle layers
-    head_problem = problem_of(first, min(first + k0 - 1, last), True, False)
-    t_mid = _least_cost(head_problem, lambda lay: lay is not None)
+    # one problem: k0 layers with the ops before and after the layers, tied weights held as
+    # their own copies (as separate first and last stages hold them); its parts, solved as
+    # subproblems, bound the first, middle and last stages
+    part = _untied(stage_graph(micro, first, first + k0 - 1, head=True, tail=True))
+    problem = build_problem(part, sub, "train", comm, space=space, microbatches=m).restricted(
+        PIPELINE_ZERO[0]
+    )
+    side = _sides(problem, part)
+    t_mid = _least_cost(problem, side, {"layer"})
     # floors (seconds, all m micro-batches) of a layer and of the ops before and after the
     # layers: their cheapest options without gradient sync (at least their compute)
-    tail_problem = problem_of(max(last - k0 + 1, first), last, False, True)
-    one_s = max(_own_floor_s(head_problem, lambda lay: lay == first),
+    middle = stage_graph(micro, first, first + k0 - 1, head=False, tail=False)
+    one_s = max(_own_floor_s(problem, side, {"layer"}) / k0,
                 _compute_s(middle, sub, gpus) * m / k0)
-    head_s = max(_own_floor_s(head_problem, lambda lay: lay is None),
+    head_s = max(_own_floor_s(problem, side, {"head"}),
                  _compute_s(_outside(micro, before=True), sub, gpus) * m)
-    tail_s = max(_own_floor_s(tail_problem, lambda lay: lay is None),
+    tail_s = max(_own_floor_s(problem, side, {"tail"}),
                  _compute_s(_outside(micro, before=False), sub, gpus) * m)
     total_s = layers * one_s + head_s + tail_s
-    grow_s = max(one_s, _cheapest_layer_s(head_problem, first))  # T's least growth per layer
+    grow_s = max(one_s, _cheapest_layer_s(problem, first))  # T's least growth per layer
     send = _sends(micro, topology, links, p, span)
 
     def paced(s: int, t_s: np.ndarray | float, own_s: np.ndarray | float) -> np.ndarray:
@@ -215,21 +214,55 @@ def stage_bound(
         grown = np.where(ks >= k0, t_k0 + (ks - k0) * grow_s, 0.0)
         return np.maximum.reduce([mid + extra_s, t_one + (ks - 1) * grow_s, grown])
 
-    head_one = _least_cost(head_problem, lambda lay: lay is None or lay == first)
-    head_k0 = solve_problem(head_problem).cost
-    tail_one = _least_cost(tail_problem, lambda lay: lay is None or lay == last)
-    tail_k0 = solve_problem(tail_problem).cost
+    # the last layer here is not the model's: the ops after the layers stay unlinked to it,
+    # which leaves edges out (a lower bound still)
+    top = first + k0 - 1
+    head_one = _least_cost(problem, side, {"head", first})
+    head_k0 = _least_cost(problem, side, {"head", "layer"})
+    tail_one = _least_cost(problem, side, {"tail", top})
+    tail_k0 = _least_cost(problem, side, {"tail", "layer"})
     rows = [paced(0, ends(head_one, head_k0, head_s), ks * one_s + head_s)]
     rows += [paced(i, mid, ks * one_s) for i in range(1, p - 1)]
     rows.append(paced(p - 1, ends(tail_one, tail_k0, tail_s), ks * one_s + tail_s))
     return max(quick, least_max_over_splits(np.array(rows), layers))
 
 
-def _least_cost(problem: SearchProblem, keep: Callable[[int | None], bool]) -> float:
-    """The exact unconstrained optimum (seconds) of the nodes of ``problem`` whose layer
-    ``keep`` accepts: the same ops priced as in a stage graph of their own."""
-    nodes = {n for n, lay in problem.layer.items() if keep(lay)}
-    return solve_problem(problem.subproblem(nodes)).cost
+def _untied(graph: OpGraph) -> OpGraph:
+    """``graph`` with every tied weight held as its own copy."""
+    tensors = {
+        n: replace(t, tied=False, tied_to="") if t.tied else t for n, t in graph.tensors.items()
+    }
+    return OpGraph(graph.name, tensors, graph.ops, graph.batch_letter, graph.meta)
+
+
+def _sides(problem: SearchProblem, graph: OpGraph) -> dict[str, str | int]:
+    """Each node's part: "head" (before the layers), "tail" (after them) or its layer."""
+    start = min(i for i, op in enumerate(graph.ops) if op.layer is not None)
+    order = {op.name: i for i, op in enumerate(graph.ops)}
+    out: dict[str, str | int] = {}
+    for n, lay in problem.layer.items():
+        if lay is not None:
+            out[n] = lay
+        else:
+            op = (problem.members.get(n) or (n.removeprefix(TENSOR_PREFIX),))[0]
+            out[n] = "head" if order[op] < start else "tail"
+    return out
+
+
+def _picked(side: dict[str, str | int], parts: set[str | int]) -> set[str]:
+    """The nodes of ``parts`` ("head", "tail", "layer" for every layer, or one layer)."""
+    return {
+        n for n, s in side.items()
+        if s in parts or ("layer" in parts and not isinstance(s, str))
+    }
+
+
+def _least_cost(
+    problem: SearchProblem, side: dict[str, str | int], parts: set[str | int]
+) -> float:
+    """The exact unconstrained optimum (seconds) of the nodes of ``parts``: the same ops priced
+    as in a stage graph of their own."""
+    return solve_problem(problem.subproblem(_picked(side, parts))).cost
 
 
 def least_max_over_splits(g: np.ndarray, layers: int) -> float:
@@ -249,10 +282,13 @@ def least_max_over_splits(g: np.ndarray, layers: int) -> float:
     return float(values[lo])
 
 
-def _own_floor_s(problem: SearchProblem, keep: Callable[[int | None], bool]) -> float:
-    """Seconds the op nodes whose layer ``keep`` accepts take at least without gradient sync:
-    each node's cheapest option (``SearchProblem.own_floor_s``), edges left out."""
-    return sum(t for n, t in problem.own_floor_s.items() if keep(problem.layer[n]))
+def _own_floor_s(
+    problem: SearchProblem, side: dict[str, str | int], parts: set[str | int]
+) -> float:
+    """Seconds the op nodes of ``parts`` take at least without gradient sync: each node's
+    cheapest option (``SearchProblem.own_floor_s``), edges left out."""
+    keep = _picked(side, parts)
+    return sum(t for n, t in problem.own_floor_s.items() if n in keep)
 
 
 def _cheapest_layer_s(problem: SearchProblem, layer: int) -> float:
