@@ -15,7 +15,8 @@ The outer search goes through stage counts (most stages first), micro-batch coun
 stage one layer lighter for the LM head), skipping a setting whose compute alone cannot beat the
 best pipeline found, and stopping after two stage counts in a row that do worse; stages with the
 same layers and position share one search. The outer search is a guided enumeration, not a
-proof: each stage's plan is exact for that stage. Stages keep
+proof: each stage's plan is exact for that stage (:mod:`taps_core.search.pipeline_bound` bounds
+every shape, which is what proves a plan over all of them). Stages keep
 ZeRO at stage 1 (the distributed optimizer: ZeRO-2/3 re-gather per micro-batch, which
 pipelines do not use).
 """
