@@ -7,7 +7,7 @@ import json
 import streamlit as st
 
 from dashboard import cache, state
-from dashboard.charts import link_diff_figure, plan_name, search_status, time_figure
+from dashboard.charts import link_diff_figure, plan_name, time_figure
 from dashboard.graph_view import dag_figure, dag_layout, op_rows
 from dashboard.widgets import (
     context_caption,
@@ -18,6 +18,7 @@ from dashboard.widgets import (
     show_chart,
 )
 from taps_core.ir.graph import OpGraph
+from taps_core.plan.claims import search_status
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import compare_to_json, describe, fmt_seconds
 from taps_core.search.baselines import reduction

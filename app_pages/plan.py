@@ -13,7 +13,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from dashboard import cache, state
-from dashboard.charts import fmt_gib, lever_notes, memory_figure, search_status
+from dashboard.charts import fmt_gib, lever_notes, memory_figure
 from dashboard.exports import summary_lines
 from dashboard.graph_view import MAX_VISIBLE_GENERATIONS, dag_figure, dag_layout, op_rows
 from dashboard.pipeline_view import EDGE_MICROBATCHES, FORWARD_SHARE, gantt_figure
@@ -33,6 +33,7 @@ from dashboard.widgets import (
     why_this_plan,
 )
 from taps_core.ir.graph import OpGraph
+from taps_core.plan.claims import search_status
 from taps_core.plan.records import Plan
 from taps_core.plan.report import describe, fmt_bytes, fmt_seconds, links_csv, plan_to_json
 

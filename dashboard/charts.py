@@ -15,7 +15,6 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
-from taps_core.plan.claims import search_status  # noqa: F401  (the pages' import)
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import fmt_bytes, fmt_seconds
 from taps_core.plan.traffic import LinkBreakdown

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from dashboard.charts import fmt_gib, search_status
+from dashboard.charts import fmt_gib
+from taps_core.plan.claims import search_status
 from taps_core.plan.records import Plan
 from taps_core.plan.report import describe, fmt_bytes, fmt_seconds
 

@@ -15,7 +15,6 @@ from dashboard.charts import (
     lever_labels,
     log_ticks,
     memory_figure,
-    search_status,
     sweep_figure,
     time_figure,
 )
@@ -31,6 +30,7 @@ from taps_core.cluster.io import dumps, loads
 from taps_core.cluster.presets import preset
 from taps_core.errors import InvalidInputError
 from taps_core.models import build_graph, load_model_config
+from taps_core.plan.claims import search_status
 from taps_core.plan.records import PipelineInfo, StageInfo
 from taps_core.plan.report import plan_to_json
 from taps_core.search.baselines import compare, data_parallel_filter

@@ -117,7 +117,7 @@ def test_pipelined_decision_is_priced_against_the_fastest_flat_configuration(pip
 
 
 def test_a_pipeline_never_claims_to_be_optimal(piped):
-    from dashboard.charts import search_status
+    from taps_core.plan.claims import search_status
 
     _, _, plan = piped
     # its stage plans are proven, but the stage split and micro-batch count are only searched

@@ -124,8 +124,9 @@ def _sync_seconds(plan: Plan, comm: TopologyCost | VolumeCost) -> float:
     )
 
 
-def _splits(layers: int, p: int) -> list[tuple[int, ...]]:
-    """Layer counts per stage: balanced, and balanced with the last stage one layer lighter."""
+def candidate_splits(layers: int, p: int) -> list[tuple[int, ...]]:
+    """Layer counts per stage tried per shape: balanced, and balanced with the last stage one
+    layer lighter (for the LM head)."""
     q, r = divmod(layers, p)
     base = tuple(q + (1 if i < r else 0) for i in range(p))
     out = [base]
@@ -137,12 +138,24 @@ def _splits(layers: int, p: int) -> list[tuple[int, ...]]:
     return list(dict.fromkeys(out))
 
 
-def _microbatch_options(batch: int, hosts_per_stage: int, p: int) -> list[int]:
-    """Micro-batch counts m (the micro-batch still splits over a stage's hosts): p, 2p, 4p, ...
-    and the largest possible."""
-    valid = [
+def all_stage_counts(nodes: int, layers: int) -> tuple[int, ...]:
+    """Every stage count of the pipeline space, most first: 2 <= p <= the hosts, the layers
+    and ``MAX_STAGES``, dividing the hosts."""
+    return tuple(p for p in range(min(nodes, MAX_STAGES, layers), 1, -1) if nodes % p == 0)
+
+
+def valid_microbatches(batch: int, hosts_per_stage: int) -> list[int]:
+    """Every micro-batch count m of the pipeline space: it divides the batch and the
+    micro-batch still splits over a stage's hosts."""
+    return [
         m for m in range(1, batch + 1) if batch % m == 0 and (batch // m) % hosts_per_stage == 0
     ]
+
+
+def _microbatch_options(batch: int, hosts_per_stage: int, p: int) -> list[int]:
+    """Micro-batch counts m tried (of :func:`valid_microbatches`): p, 2p, 4p, ... and the
+    largest possible."""
+    valid = valid_microbatches(batch, hosts_per_stage)
     if not valid:
         return []
     picks = {max(valid)}
@@ -181,9 +194,8 @@ def search_pipeline(
         return None
     nodes = topology.nodes
     layers = span[1] - span[0] + 1
-    counts = stage_counts or tuple(
-        p for p in range(min(nodes, MAX_STAGES, layers), 1, -1) if nodes % p == 0
-    )  # most stages first: their stage searches are the smallest
+    # most stages first: their stage searches are the smallest
+    counts = stage_counts or all_stage_counts(nodes, layers)
     if not counts:
         return None
     start = time.perf_counter()
@@ -209,7 +221,7 @@ def search_pipeline(
                 break
             micro = build_graph(cfg.with_workload(batch_size=batch // m))
             best_m: float | None = None
-            for split in _splits(layers, p):
+            for split in candidate_splits(layers, p):
                 tried += 1
                 plan = _assemble(
                     micro, topology, links, mode, cost_model, limit, p, m, split, span[0],
@@ -330,14 +342,9 @@ def plan_setting(
     )
 
 
-def candidate_splits(layers: int, p: int) -> list[tuple[int, ...]]:
-    """The layer splits tried per shape: balanced, and the last stage one layer lighter."""
-    return _splits(layers, p)
-
-
 def balanced_split(layers: int, p: int) -> tuple[int, ...]:
     """Layer counts of ``p`` stages as even as possible, the first stages one heavier."""
-    return _splits(layers, p)[0]
+    return candidate_splits(layers, p)[0]
 
 
 def stage_ranges(first_layer: int, split: tuple[int, ...]) -> list[tuple[int, int]]:

@@ -37,14 +37,15 @@ from taps_core.errors import InvalidInputError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace
 from taps_core.models import build_graph
-from taps_core.search.configs import compute_bound_flops, uniform_layers
+from taps_core.search.configs import compute_floor_s, uniform_layers
 from taps_core.search.layered import solve_problem
 from taps_core.search.pipeline import (
-    MAX_STAGES,
     PIPELINE_ZERO,
+    all_stage_counts,
     layer_range,
     send_seconds,
     stage_graph,
+    valid_microbatches,
 )
 from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
 
@@ -86,18 +87,11 @@ def shapes(graph: OpGraph, topology: Topology) -> list[tuple[int, int]]:
     cfg = graph.meta.get("config")
     if span is None or cfg is None or not hasattr(cfg, "with_workload"):
         return []
-    layers = span[1] - span[0] + 1
-    batch = cfg.batch_size
-    out = []
-    for p in range(2, min(topology.nodes, MAX_STAGES, layers) + 1):
-        if topology.nodes % p:
-            continue
-        hosts = topology.nodes // p
-        out += [
-            (p, m) for m in range(1, batch + 1)
-            if batch % m == 0 and (batch // m) % hosts == 0
-        ]
-    return out
+    counts = all_stage_counts(topology.nodes, span[1] - span[0] + 1)
+    return [
+        (p, m) for p in sorted(counts)
+        for m in valid_microbatches(cfg.batch_size, topology.nodes // p)
+    ]
 
 
 def pipeline_bounds(
@@ -120,7 +114,7 @@ def pipeline_bounds(
     links = links or LinkModel(topology)
     found: list[ShapeBound] = []
     pending: list[tuple[float, int, int]] = []
-    floor_s = _compute_s(graph, topology, topology.num_gpus)
+    floor_s = compute_floor_s(graph, topology, "train")
     for p, m in shapes(graph, topology):
         cheap = floor_s * (m + p - 1) / m
         if cheap >= cutoff_s * (1 - 1e-9):
@@ -155,8 +149,8 @@ def stage_bound(
     ``k`` by at least a layer's floor. So ``step >= min over splits of max_s g_s(k_s)``,
     found exactly by a threshold search. ``T`` comes from five exact unconstrained optima
     (``k0`` middle layers; one and ``k0`` layers with the first stage's ops and with the
-    last's; two problems built, the others solved as their subsets), extended by a layer's
-    least cost per extra layer. When the one-solve bound (the stage with the most layers
+    last's), all subproblems of one problem built per shape, extended by a layer's least
+    cost per extra layer. When the one-solve bound (the stage with the most layers
     paces it) already reaches ``cutoff_s``, it is returned. The others' floor is their ops'
     cheapest options without gradient sync (at least their compute)."""
     span = layer_range(graph)
@@ -168,7 +162,6 @@ def stage_bound(
     micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
     hosts = topology.nodes // p
     sub = sub_topology(topology, tuple(range(hosts)))
-    gpus = sub.num_gpus
     comm = TopologyCost(LinkModel(sub))
 
     # one problem: k0 layers with the ops before and after the layers, tied weights held as
@@ -184,11 +177,11 @@ def stage_bound(
     # layers: their cheapest options without gradient sync (at least their compute)
     middle = stage_graph(micro, first, first + k0 - 1, head=False, tail=False)
     one_s = max(_own_floor_s(problem, side, {"layer"}) / k0,
-                _compute_s(middle, sub, gpus) * m / k0)
+                compute_floor_s(middle, sub, "train") * m / k0)
     head_s = max(_own_floor_s(problem, side, {"head"}),
-                 _compute_s(_outside(micro, before=True), sub, gpus) * m)
+                 compute_floor_s(_outside(micro, before=True), sub, "train") * m)
     tail_s = max(_own_floor_s(problem, side, {"tail"}),
-                 _compute_s(_outside(micro, before=False), sub, gpus) * m)
+                 compute_floor_s(_outside(micro, before=False), sub, "train") * m)
     total_s = layers * one_s + head_s + tail_s
     grow_s = max(one_s, _cheapest_layer_s(problem, first))  # T's least growth per layer
     send = _sends(micro, topology, links, p, span)
@@ -305,13 +298,6 @@ def _cheapest_middle(send: list[float]) -> list[int]:
     """The middle stage with the fewest send seconds (the least bound among middles)."""
     middles = range(1, len(send) - 1)
     return [min(middles, key=lambda i: send[i])] if len(send) > 2 else []
-
-
-def _compute_s(graph: OpGraph, topology: Topology, gpus: int) -> float:
-    """Training compute floor (seconds): forward and backward of every compute-bound FLOP of
-    ``graph`` at peak x efficiency, spread over ``gpus``."""
-    rate = topology.gpu.peak_flops * topology.compute_efficiency * gpus
-    return 3.0 * compute_bound_flops(graph) / rate
 
 
 def _outside(micro: OpGraph, *, before: bool) -> OpGraph:
