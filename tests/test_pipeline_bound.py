@@ -174,3 +174,46 @@ def test_models_whose_layers_differ_are_refused():
     graph = _graph("resnet50", batch_size=16)  # its stages' blocks differ
     with pytest.raises(InvalidInputError, match="identical layers"):
         pipeline_bounds(graph, preset("dgx-a100:2"), cutoff_s=1.0)
+
+
+def test_the_bound_without_gradient_sync_is_below_every_stage_plan_without_it():
+    """``own_only``: the optimum without weight phases is below every stage plan's step minus
+    its gradient sync (the pipeline counts the two apart), and below the full optimum."""
+    from taps_core.cluster.topology import sub_topology
+    from taps_core.costs.collectives import TopologyCost
+    from taps_core.search.layered import solve_problem
+    from taps_core.search.pipeline import stage_graph
+    from taps_core.search.problem import build_problem
+
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
+    topo = preset("dgx-a100:4")
+    sub = sub_topology(topo, (0, 1))
+    part = stage_graph(graph, 0, 1, head=True, tail=False)
+    problem = build_problem(part, sub, "train", TopologyCost(LinkModel(sub)),
+                            microbatches=2).restricted(1)
+    own = solve_problem(problem.own_only()).cost
+    assert 0 < own < solve_problem(problem).cost
+    for split in _splits(4, 2):
+        plan = plan_setting(graph, topo, p=2, m=2, split=split)
+        first = plan.pipeline.stages[0]
+        if first.layers == (0, 1):
+            assert first.plan.total_time_s - (first.sync_s - first.tied_sync_s) >= own * (
+                1 - 1e-9)
+
+
+def test_the_tied_exchange_priced_per_strategy_is_the_one_the_pipeline_adds():
+    """A tied embedding's exchange between the first and last stage depends on the shard the
+    last stage's head holds: the per-strategy price the last stage's search (and its bound)
+    weighs equals what the pipeline adds for the chosen strategy."""
+    from taps_core.search.pipeline import tied_exchange_seconds, tied_head, tied_held_bytes
+
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
+    topo = preset("dgx-a100:4")
+    plan = plan_setting(graph, topo, p=2, m=2, split=(2, 2))
+    last = plan.pipeline.stages[-1]
+    op, pos = tied_head(graph, {o.name for o in last.plan.ops})
+    strategy = next(o.strategy for o in last.plan.ops if o.name == op.name)
+    micro = build_graph(replace(graph.meta["config"], batch_size=4))
+    held = tied_held_bytes(micro, op, pos, strategy)
+    paid = tied_exchange_seconds(LinkModel(topo), (0, 1), (2, 3), held)
+    assert paid > 0 and last.tied_sync_s == pytest.approx(paid, rel=1e-12)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from taps_core.cluster.links import LinkModel
@@ -401,14 +402,18 @@ def search_fixed(
     space: SearchSpace = SearchSpace(),
     allow: StrategyFilter | None = None,
     deadline: float = math.inf,
+    adjust: Callable[[SearchProblem], SearchProblem] | None = None,
 ) -> tuple[SearchProblem, Assignment, SearchInfo]:
     """The exact search at one micro-batch count (``graph`` is one micro-batch), as a pipeline
-    stage needs it: ``activation_copies`` micro-batches held at once, given ZeRO stages.
+    stage needs it: ``activation_copies`` micro-batches held at once, given ZeRO stages;
+    ``adjust`` reprices the built problem (a stage's costs paid outside its graph).
     Raises InfeasibleError when nothing fits."""
     problem = build_problem(
         graph, topology, mode, comm, space=space, allow=allow, microbatches=microbatches,
         activation_copies=activation_copies,
     )
+    if adjust is not None:
+        problem = adjust(problem)
     try:
         sub, sol, info, _ = _best_zero_stage(
             problem, limit, mode, deadline=deadline, stages=zero_stages

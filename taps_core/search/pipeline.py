@@ -35,14 +35,14 @@ from taps_core.cluster.topology import Topology, host_renamer, sub_topology
 from taps_core.costs.collectives import TopologyCost, VolumeCost
 from taps_core.costs.ops import shard
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
-from taps_core.ir.graph import OpGraph
-from taps_core.ir.strategies import SearchSpace, pad_factor
+from taps_core.ir.graph import OpGraph, OpSpec
+from taps_core.ir.strategies import SearchSpace, Strategy, pad_factor
 from taps_core.models import build_graph
 from taps_core.plan.evaluate import evaluate, link_traffic, plan_record
 from taps_core.plan.records import OpPlan, PipelineInfo, Plan, SearchInfo, StageInfo
 from taps_core.search.flat import choices_of, search_fixed
 from taps_core.search.memory_fit import within_limit
-from taps_core.search.problem import StrategyFilter
+from taps_core.search.problem import SearchProblem, StrategyFilter
 
 MAX_STAGES = 32
 SCOUT_STAGE_BUDGET_S = 4.0  # a stage's exact search while comparing settings (then in full)
@@ -473,26 +473,71 @@ def one_f_one_b_busy(microbatch_s: list[float], m: int) -> float:
     return (m - 1) * max(microbatch_s) + sum(microbatch_s)
 
 
-def tied_shard_bytes(micro: OpGraph, last: Plan) -> float | None:
-    """Bytes per GPU of the tied embedding shard the last stage's head holds (the shard the
-    first and the last stage exchange each step), or None without a tied head there."""
-    head = next(
+def tied_head(micro: OpGraph, ops: set[str] | None = None) -> tuple[OpSpec, int] | None:
+    """The op (among ``ops``, default all) reading a tied weight, and that input's position;
+    None without one."""
+    return next(
         (
             (op, pos)
             for op in micro.ops
             for pos, t in enumerate(op.inputs)
-            if micro.tensors[t].tied and any(o.name == op.name for o in last.ops)
+            if micro.tensors[t].tied and (ops is None or op.name in ops)
         ),
         None,
     )
-    if head is None:
-        return None
-    op, pos = head
-    strategy = next(o.strategy for o in last.ops if o.name == op.name)
+
+
+def tied_held_bytes(micro: OpGraph, op: OpSpec, pos: int, strategy: Strategy) -> float:
+    """Bytes per GPU of the tied weight's shard ``op`` holds under ``strategy``."""
     return float(shard(
         micro.tensors[op.inputs[pos]], op.input_letters[pos], strategy,
         pad_factor(micro, op, strategy, op.input_letters[pos]),
     ))
+
+
+def tied_shard_bytes(micro: OpGraph, last: Plan) -> float | None:
+    """Bytes per GPU of the tied embedding shard the last stage's head holds (the shard the
+    first and the last stage exchange each step), or None without a tied head there."""
+    head = tied_head(micro, {o.name for o in last.ops})
+    if head is None:
+        return None
+    op, pos = head
+    strategy = next(o.strategy for o in last.ops if o.name == op.name)
+    return tied_held_bytes(micro, op, pos, strategy)
+
+
+def tied_exchange_seconds(
+    links: LinkModel, first: tuple[int, ...], last: tuple[int, ...], held_bytes: float
+) -> float:
+    """Seconds of the tied gradient's exchange between the first and last stage's hosts when
+    each GPU holds ``held_bytes`` of it (both ways at once)."""
+    gpus = len(first) * links.topology.gpus_per_node
+    return max(send_seconds(links, first, last, held_bytes * gpus)[0],
+               send_seconds(links, last, first, held_bytes * gpus)[0])
+
+
+def with_tied_exchange(
+    problem: SearchProblem, micro: OpGraph, links: LinkModel, hosts: int, p: int
+) -> SearchProblem:
+    """``problem`` with the op reading the tied weight after the layers priced with the tied
+    gradient's exchange its shard makes (:func:`tied_exchange_seconds`, as the last of ``p``
+    stages of ``hosts`` hosts pays it); ``problem`` itself without a tied weight there."""
+    end = max(i for i, op in enumerate(micro.ops) if op.layer is not None)
+    head = tied_head(micro, {op.name for op in micro.ops[end + 1:]})
+    if head is None:
+        return problem
+    op, pos = head
+    node = next((n for n, names in problem.members.items() if op.name in names), None)
+    if node is None:
+        return problem
+    first, last = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
+    extra = np.array([
+        tied_exchange_seconds(links, first, last, tied_held_bytes(micro, op, pos, st))
+        for st in problem.strategies[node]
+    ])[:, None]
+    times = dict(problem.option_time)
+    times[node] = {rc: t + extra for rc, t in problem.option_time[node].items()}
+    return replace(problem, option_time=times)
 
 
 def _tied_exchange(
@@ -548,12 +593,19 @@ def _plan_stage(
     sub_links = LinkModel(sub)
     comm = TopologyCost(sub_links) if cost_model == "topology" else VolumeCost()
     allow = allow_for(sg, sub) if allow_for is not None else None
+    p = topology.nodes // hosts
+
+    def priced(problem: SearchProblem) -> SearchProblem:
+        """The last stage weighs the tied exchange its head's shard makes (paid per step)."""
+        if not tail or p < 2 or cost_model != "topology":
+            return problem
+        return with_tied_exchange(problem, micro, LinkModel(topology), hosts, p)
 
     def run(search_limit: float) -> Plan:
         problem, sol, info = search_fixed(
             sg, sub, mode=mode, comm=comm, limit=search_limit, microbatches=m,
             activation_copies=copies, zero_stages=PIPELINE_ZERO, space=space, allow=allow,
-            deadline=deadline,
+            deadline=deadline, adjust=priced,
         )
         return evaluate(
             sg, sub_links, mode, choices_of(problem, sol), label="stage", cost_model=cost_model,

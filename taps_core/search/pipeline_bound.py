@@ -46,6 +46,7 @@ from taps_core.search.pipeline import (
     send_seconds,
     stage_graph,
     valid_microbatches,
+    with_tied_exchange,
 )
 from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
 
@@ -173,18 +174,34 @@ def stage_bound(
     )
     side = _sides(problem, part)
     t_mid = _least_cost(problem, side, {"layer"})
-    # floors (seconds, all m micro-batches) of a layer and of the ops before and after the
-    # layers: their cheapest options without gradient sync (at least their compute)
+    # floors (seconds, all m micro-batches) without gradient sync, each an exact optimum of
+    # its part alone (the edges between parts dropped) and at least its compute: a stage's
+    # first layer, each later layer with the edges in from the layer before, the ops before
+    # and after the layers
+    own = problem.own_only()
     middle = stage_graph(micro, first, first + k0 - 1, head=False, tail=False)
-    one_s = max(_own_floor_s(problem, side, {"layer"}) / k0,
-                compute_floor_s(middle, sub, "train") * m / k0)
-    head_s = max(_own_floor_s(problem, side, {"head"}),
+    bare_s = max(_least_cost(own, side, {first}),
+                 compute_floor_s(middle, sub, "train") * m / k0)
+    in_s = bare_s if k0 < 2 else max(bare_s, solve_problem(
+        own.subproblem(_with_inputs(own, side, first + 1))).cost)
+    head_s = max(_least_cost(own, side, {"head"}),
                  compute_floor_s(_outside(micro, before=True), sub, "train") * m)
-    tail_s = max(_own_floor_s(problem, side, {"tail"}),
+    tail_s = max(_least_cost(own, side, {"tail"}),
                  compute_floor_s(_outside(micro, before=False), sub, "train") * m)
-    total_s = layers * one_s + head_s + tail_s
-    grow_s = max(one_s, _cheapest_layer_s(problem, first))  # T's least growth per layer
+
+    def own_s(k: np.ndarray | float) -> np.ndarray | float:
+        """The floor of ``k`` layers of one stage without gradient sync (seconds)."""
+        return bare_s + (np.asarray(k) - 1) * in_s
+
+    total_s = p * bare_s + (layers - p) * in_s + head_s + tail_s
+    cheapest = _cheapest_layer_s(problem, first)
+    lone_s = max(bare_s, cheapest)  # T's least seconds for a stage's first layer
+    grow_s = max(in_s, cheapest)  # and for each layer after it
     send = _sends(micro, topology, links, p, span)
+    tied_s = _tied_floor_s(micro, topology, links, p)
+    # the last stage's plans priced with the tied exchange its head's shard makes (the first
+    # stage's rows take the exchange's floor: its size is the last stage's choice)
+    paid = with_tied_exchange(problem, micro, links, topology.nodes // p, p)
 
     def paced(s: int, t_s: np.ndarray | float, own_s: np.ndarray | float) -> np.ndarray:
         """The bound when stage ``s`` (plan at least ``t_s``, its ops' floor ``own_s``)
@@ -193,14 +210,14 @@ def stage_bound(
         return np.asarray(t_s) + m * send[s] + rest + sum(send) - send[s]
 
     quick = min(
-        float(paced(s, t_mid + extra, k0 * one_s + extra))
+        float(paced(s, t_mid + extra, own_s(k0) + extra)) + (tied_s if s in (0, p - 1) else 0.0)
         for s in sorted({0, p - 1, *_cheapest_middle(send)})
         for extra in [(head_s if s == 0 else 0.0) + (tail_s if s == p - 1 else 0.0)]
     )
     if quick >= cutoff_s:
         return quick
     ks = np.arange(1, layers - p + 2, dtype=float)
-    mid = np.where(ks >= k0, t_mid + (ks - k0) * grow_s, ks * grow_s)
+    mid = np.where(ks >= k0, t_mid + (ks - k0) * grow_s, lone_s + (ks - 1) * grow_s)
 
     def ends(t_one: float, t_k0: float, extra_s: float) -> np.ndarray:
         """Lower bounds on a first or last stage of each layer count (seconds)."""
@@ -212,11 +229,11 @@ def stage_bound(
     top = first + k0 - 1
     head_one = _least_cost(problem, side, {"head", first})
     head_k0 = _least_cost(problem, side, {"head", "layer"})
-    tail_one = _least_cost(problem, side, {"tail", top})
-    tail_k0 = _least_cost(problem, side, {"tail", "layer"})
-    rows = [paced(0, ends(head_one, head_k0, head_s), ks * one_s + head_s)]
-    rows += [paced(i, mid, ks * one_s) for i in range(1, p - 1)]
-    rows.append(paced(p - 1, ends(tail_one, tail_k0, tail_s), ks * one_s + tail_s))
+    tail_one = _least_cost(paid, side, {"tail", top})
+    tail_k0 = _least_cost(paid, side, {"tail", "layer"})
+    rows = [paced(0, ends(head_one, head_k0, head_s), own_s(ks) + head_s) + tied_s]
+    rows += [paced(i, mid, own_s(ks)) for i in range(1, p - 1)]
+    rows.append(paced(p - 1, ends(tail_one, tail_k0, tail_s + tied_s), own_s(ks) + tail_s))
     return max(quick, least_max_over_splits(np.array(rows), layers))
 
 
@@ -258,6 +275,16 @@ def _least_cost(
     return solve_problem(problem.subproblem(_picked(side, parts))).cost
 
 
+def _with_inputs(problem: SearchProblem, side: dict[str, str | int], layer: int) -> set[str]:
+    """The nodes of ``layer`` and the tensor nodes of the layer before that they read."""
+    nodes = _picked(side, {layer})
+    feeding = {
+        e.u for e in problem.edges
+        if e.v in nodes and e.u.startswith(TENSOR_PREFIX) and side.get(e.u) == layer - 1
+    }
+    return nodes | feeding
+
+
 def least_max_over_splits(g: np.ndarray, layers: int) -> float:
     """``min over k_1 + ... + k_p = layers, k_i >= 1`` of ``max_i g[i, k_i - 1]``, for rows
     ``g`` non-decreasing in ``k``: the least value ``t`` at which every stage can take a
@@ -273,15 +300,6 @@ def least_max_over_splits(g: np.ndarray, layers: int) -> float:
         else:
             lo = mid + 1
     return float(values[lo])
-
-
-def _own_floor_s(
-    problem: SearchProblem, side: dict[str, str | int], parts: set[str | int]
-) -> float:
-    """Seconds the op nodes of ``parts`` take at least without gradient sync: each node's
-    cheapest option (``SearchProblem.own_floor_s``), edges left out."""
-    keep = _picked(side, parts)
-    return sum(t for n, t in problem.own_floor_s.items() if n in keep)
 
 
 def _cheapest_layer_s(problem: SearchProblem, layer: int) -> float:
@@ -306,6 +324,20 @@ def _outside(micro: OpGraph, *, before: bool) -> OpGraph:
     lo, hi = positions[0], positions[-1]
     ops = tuple(op for i, op in enumerate(micro.ops) if (i < lo if before else i > hi))
     return OpGraph(micro.name, micro.tensors, ops, micro.batch_letter, micro.meta)
+
+
+def _tied_floor_s(micro: OpGraph, topology: Topology, links: LinkModel, p: int) -> float:
+    """Seconds the first and last stage at least spend exchanging a tied embedding's gradient
+    once per step (:func:`~taps_core.search.pipeline._tied_exchange`): each GPU's shard holds at
+    least 1/G of it, so together they send at least the whole tensor both ways; 0 untied."""
+    tied = [t.nbytes for t in micro.tensors.values() if t.tied]
+    if not tied:
+        return 0.0
+    hosts = topology.nodes // p
+    first, last = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
+    nbytes = float(min(tied))
+    return max(send_seconds(links, first, last, nbytes)[0],
+               send_seconds(links, last, first, nbytes)[0])
 
 
 def _sends(

@@ -116,8 +116,9 @@ class SearchProblem:
     edges: list[Edge]
     layer: dict[str, int | None]
     op_costs: dict[str, list[list[OpCost]]] = field(default_factory=dict)
-    # per op node: the least seconds of any option without gradient sync and ZeRO gathers
-    own_floor_s: dict[str, float] = field(default_factory=dict)
+    # per op node and strategy: seconds without weight phases (gradient sync, ZeRO gathers),
+    # no recomputation: what the node costs at least under any of its options
+    own_time: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:
@@ -166,7 +167,7 @@ class SearchProblem:
         return SearchProblem(
             self.graph, self.topology, self.mesh, self.mode, self.microbatches,
             self.strategies, self.members, self.layouts, times, mems, zeros, self.edges,
-            self.layer, self.op_costs, self.own_floor_s,
+            self.layer, self.op_costs, self.own_time,
         )
 
     def subproblem(self, keep: set[str]) -> SearchProblem:
@@ -180,7 +181,26 @@ class SearchProblem:
             only(self.strategies), only(self.members), only(self.layouts),
             only(self.option_time), only(self.option_memory), only(self.option_zero),
             [e for e in self.edges if e.u in keep and e.v in keep], only(self.layer),
-            only(self.op_costs), only(self.own_floor_s),
+            only(self.op_costs), only(self.own_time),
+        )
+
+    def own_only(self) -> SearchProblem:
+        """The problem priced without weight phases: each op node's strategies at ``own_time``
+        (one option), tensor nodes and edges as before (activations kept, not recomputed).
+        Its optimum is a lower bound on any plan's seconds minus its gradient sync."""
+        times: dict[str, dict[bool, np.ndarray]] = {}
+        mems: dict[str, dict[bool, np.ndarray]] = {}
+        for n, t in self.option_time.items():
+            own = self.own_time[n][:, None] if n in self.own_time else t[False][:, :1]
+            times[n] = {False: own, True: own}
+            zero = np.zeros_like(own)
+            mems[n] = {False: zero, True: zero}
+        edges = [Edge(e.u, e.v, e.keep, e.keep) for e in self.edges]
+        zeros = {n: (0,) for n in self.option_time}
+        return SearchProblem(
+            self.graph, self.topology, self.mesh, self.mode, self.microbatches,
+            self.strategies, self.members, self.layouts, times, mems, zeros, edges,
+            self.layer, self.op_costs, self.own_time,
         )
 
     def min_memory(self, node: str) -> float:
@@ -320,8 +340,8 @@ def _group_options(
     activation_copies: int,
 ) -> tuple:
     """One search node's options: (strategies, time s and memory bytes per option by
-    recomputation, ZeRO stages of the columns, per-op costs, the least time of any option
-    without gradient sync and ZeRO gathers), per step of ``k`` micro-batches."""
+    recomputation, ZeRO stages of the columns, per-op costs, each strategy's time without
+    gradient sync and ZeRO gathers), per step of ``k`` micro-batches."""
     train = mode == "train"
     stages = (0, 1, 2, 3) if train else (0, 3)
     strats = _group_strategies(graph, ops, mesh, space, allow)
@@ -347,7 +367,7 @@ def _group_options(
             act = act + sum(t.saved - t.boundary for t in tabs) / max(1, graph.num_layers)
         times[rc] = base[:, None] + wt
         if not rc:
-            own = float(base.min())
+            own = base
         mems[rc] = (act + fixed)[:, None] + wm
     if not train:
         times[True], mems[True] = times[False], mems[False]
@@ -380,7 +400,7 @@ def build_problem(
     option_zero: dict[str, tuple[int, ...]] = {}
     layer: dict[str, int | None] = {}
     op_costs: dict[str, list[list[OpCost]]] = {}
-    own_floor: dict[str, float] = {}
+    own_time: dict[str, np.ndarray] = {}
     memo: dict[tuple, tuple] = {}
     for node, names in members.items():
         ops = [graph.op_by_name[n] for n in names]
@@ -390,7 +410,7 @@ def build_problem(
                 graph, ops, mesh, topology, mode, comm, space, allow, k, activation_copies
             )
         strats, times, mems, zeros, costs, own = memo[sig]
-        own_floor[node] = own
+        own_time[node] = own
         strategies[node] = strats
         lay = ops[0].layer
         layered = train and lay is not None
@@ -462,7 +482,7 @@ def build_problem(
         edges,
         {n: layer[n] for n in ordered},
         op_costs,
-        own_floor,
+        own_time,
     )
 
 
