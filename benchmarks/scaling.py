@@ -138,9 +138,15 @@ def _proof_cells(r: Row) -> str:
     """The proof columns: its time, status, certified bound (seconds) and the gap to it."""
     if r.proof_s is None or r.bound_s is None or r.proof_step_s is None:
         return "- | - | - | - | -"
-    gap = (r.proof_step_s - r.bound_s) / r.proof_step_s
-    return (f"{r.proof_s:.2f} | {r.proof_step_s:.2f} | {r.proof_status} | {r.bound_s:.2f} | "
-            f"{gap:.1%}")
+    return (f"{r.proof_s:.2f} | {r.proof_step_s:.4g} | {r.proof_status} | {r.bound_s:.4g} | "
+            f"{gap_text(r.proof_step_s, r.bound_s)}")
+
+
+def gap_text(step_s: float, bound_s: float) -> str:
+    """How far ``step_s`` may be from the optimum, as a percentage of it: one decimal from
+    0.1%, else two significant digits (a small gap stays visible, not "0.0%")."""
+    gap = 100 * (step_s - bound_s) / step_s
+    return f"{gap:.1f}%" if gap >= 0.1 or gap == 0 else f"{gap:.2g}%"
 
 
 def table(rows: list[Row]) -> str:
