@@ -4,6 +4,7 @@ the splits), and the planner's "optimal" only when every shape is bounded above 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 import pytest
@@ -34,15 +35,21 @@ def test_shapes_are_every_stage_and_microbatch_count():
     assert shapes(graph, preset("dgx-a100:1")) == []
 
 
-@pytest.mark.parametrize("limit", [None, 1e15])
-def test_bound_is_below_every_split_of_every_shape(limit):
-    """Brute force: each stage's plan exact, every split of the layers over the stages."""
+@pytest.mark.parametrize("fraction", [None, 0.5])
+def test_bound_is_below_every_split_of_every_shape(fraction):
+    """Brute force: each stage's plan exact, every split of the layers over the stages; with
+    ``fraction``, every stage must fit that share of an unconstrained pipeline's memory (the
+    bound's Lagrangian rows then bind: checked to raise it)."""
     graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
     topo = preset("dgx-a100:4")
     links = LinkModel(topo)
-    checked = 0
+    limit = None
+    if fraction is not None:
+        limit = fraction * plan_setting(graph, topo, p=2, m=1, split=(2, 2)).memory.total
+    checked = raised = 0
     for p, m in shapes(graph, topo):
-        bound = stage_bound(graph, topo, links, p, m)
+        bound = stage_bound(graph, topo, links, p, m, memory_limit_bytes=limit or math.inf)
+        raised += bound > stage_bound(graph, topo, links, p, m) * (1 + 1e-9)
         steps = [
             plan.total_time_s
             for split in _splits(4, p)
@@ -53,6 +60,30 @@ def test_bound_is_below_every_split_of_every_shape(limit):
         assert min(steps) >= bound * (1 - 1e-9), (p, m, min(steps), bound)
         checked += len(steps)
     assert checked >= 10  # 13 settings: 3 splits x 3 counts at 2 stages, 1 x 4 at 4
+    assert (raised >= 5) if fraction is not None else raised == 0
+
+
+def test_a_stage_problem_with_more_copies_in_flight_is_the_one_built_with_them():
+    from taps_core.cluster.topology import sub_topology
+    from taps_core.costs.collectives import TopologyCost
+    from taps_core.search.pipeline import stage_graph
+    from taps_core.search.problem import build_problem
+
+    graph = _graph("gpt2", num_hidden_layers=2, batch_size=8, seq_length=64)
+    topo = sub_topology(preset("dgx-a100:2"), (0,))
+    part = stage_graph(graph, 0, 1, head=True, tail=False)
+
+    def built(copies):
+        return build_problem(part, topo, "train", TopologyCost(LinkModel(topo)),
+                             microbatches=2, activation_copies=copies)
+
+    moved, direct = built(1).with_copies(3), built(3)
+    assert moved.activation_copies == 3
+    for n, by_rc in direct.option_memory.items():
+        for rc, mem in by_rc.items():
+            assert moved.option_memory[n][rc] == pytest.approx(mem, rel=1e-12, abs=1e-6)
+    assert any((direct.option_memory[n][False] > built(1).option_memory[n][False]).any()
+               for n in direct.option_memory)
 
 
 def test_the_pipeline_search_never_beats_its_shape_bound():

@@ -39,6 +39,7 @@ from taps_core.ir.strategies import SearchSpace
 from taps_core.models import build_graph
 from taps_core.search.configs import compute_floor_s, uniform_layers
 from taps_core.search.layered import solve_problem
+from taps_core.search.memory_bound import memory_of
 from taps_core.search.pipeline import (
     PIPELINE_ZERO,
     all_stage_counts,
@@ -51,6 +52,8 @@ from taps_core.search.pipeline import (
 from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
 
 MAX_STAGE_SOLVES = 24  # shapes given the exact stage bound; the rest keep the compute bound
+FIT_DOUBLINGS = 40  # Lagrange multipliers doubled until a stage's part fits the memory limit
+FIT_BISECTIONS = 12  # then bisected towards the multiplier of the best bound
 
 
 @dataclass(frozen=True)
@@ -103,16 +106,19 @@ def pipeline_bounds(
     links: LinkModel | None = None,
     space: SearchSpace = SearchSpace(),
     max_stage_solves: int = MAX_STAGE_SOLVES,
+    memory_limit_bytes: float | None = None,
 ) -> PipelineBounds:
     """Bounds on every pipeline shape of ``graph`` in training (see the module doc).
 
     Shapes whose compute bound reaches ``cutoff_s`` (seconds) are closed by it; of the others,
     the ``max_stage_solves`` with the least compute bound get the exact stage bound (a fixed
-    count, not a clock, so the answer never depends on the machine). The model must be a stack
+    count, not a clock, so the answer never depends on the machine); every stage's plan must
+    fit ``memory_limit_bytes`` per GPU (default: the GPU's memory). The model must be a stack
     of identical layers (the bound extends one layer's costs to the others)."""
     if not uniform_layers(graph):
         raise InvalidInputError("graph", graph.name, "a stack of identical layers")
     links = links or LinkModel(topology)
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     found: list[ShapeBound] = []
     pending: list[tuple[float, int, int]] = []
     floor_s = compute_floor_s(graph, topology, "train")
@@ -127,7 +133,7 @@ def pipeline_bounds(
         if i >= max_stage_solves:
             found.append(ShapeBound(p, m, cheap, "compute floor"))
             continue
-        bound = stage_bound(graph, topology, links, p, m, space, cutoff_s)
+        bound = stage_bound(graph, topology, links, p, m, space, cutoff_s, limit)
         found.append(ShapeBound(p, m, max(cheap, bound), "stage optimum"))
     found.sort(key=lambda s: (s.stages, s.microbatches))
     return PipelineBounds(tuple(found), cutoff_s)
@@ -141,8 +147,10 @@ def stage_bound(
     m: int,
     space: SearchSpace = SearchSpace(),
     cutoff_s: float = math.inf,
+    memory_limit_bytes: float = math.inf,
 ) -> float:
-    """The proven bound (seconds) on every plan of ``p`` stages x ``m`` micro-batches.
+    """The proven bound (seconds) on every plan of ``p`` stages x ``m`` micro-batches whose
+    stages fit ``memory_limit_bytes`` per GPU.
 
     Every stage ``s`` paces the step from below (module doc): ``step >= g_s(k_s)`` with
     ``g_s(k) = T_s(k) + m * send_s + (floor of the other stages) / m + their sends``, where
@@ -153,7 +161,9 @@ def stage_bound(
     last's), all subproblems of one problem built per shape, extended by a layer's least
     cost per extra layer. When the one-solve bound (the stage with the most layers
     paces it) already reaches ``cutoff_s``, it is returned. The others' floor is their ops'
-    cheapest options without gradient sync (at least their compute)."""
+    cheapest options without gradient sync (at least their compute). Where the unconstrained
+    optima do not fit, each stage's ``T`` also takes its Lagrangian bound at the stage's
+    micro-batches in flight (:func:`_fitting_rows`)."""
     span = layer_range(graph)
     assert span is not None
     first, last = span
@@ -231,10 +241,98 @@ def stage_bound(
     head_k0 = _least_cost(problem, side, {"head", "layer"})
     tail_one = _least_cost(paid, side, {"tail", top})
     tail_k0 = _least_cost(paid, side, {"tail", "layer"})
-    rows = [paced(0, ends(head_one, head_k0, head_s), own_s(ks) + head_s) + tied_s]
-    rows += [paced(i, mid, own_s(ks)) for i in range(1, p - 1)]
-    rows.append(paced(p - 1, ends(tail_one, tail_k0, tail_s + tied_s), own_s(ks) + tail_s))
-    return max(quick, least_max_over_splits(np.array(rows), layers))
+    t_rows = [ends(head_one, head_k0, head_s)] + [mid] * (p - 2) + [
+        ends(tail_one, tail_k0, tail_s + tied_s)]
+
+    def split_bound() -> float:
+        rows = [paced(0, t_rows[0], own_s(ks) + head_s) + tied_s]
+        rows += [paced(i, t_rows[i], own_s(ks)) for i in range(1, p - 1)]
+        rows.append(paced(p - 1, t_rows[-1], own_s(ks) + tail_s))
+        return float(least_max_over_splits(np.array(rows), layers))
+
+    bound = split_bound()
+    if bound >= cutoff_s or not math.isfinite(memory_limit_bytes):
+        return max(quick, bound)
+    # memory: each stage's plan fits the limit with its micro-batches in flight under 1F1B
+    # (p - i for stage i); middle stages take the bound of the next fewer copies computed
+    parts = {0: ({"head", first}, {"head", "layer"}, problem, min(p, m))}
+    classes = sorted({min(m, 1 << (p - i).bit_length() - 1) for i in range(1, p - 1)})
+    for c in classes:
+        parts[("mid", c)] = ({first}, {"layer"}, problem, c)
+    parts[p - 1] = ({"tail", top}, {"tail", "layer"}, paid, 1)
+    fitting = {
+        key: _fitting_rows(prob, side, one, full, copies, memory_limit_bytes, ks, k0, first,
+                           grow_s)
+        for key, (one, full, prob, copies) in parts.items()
+    }
+    for i in range(p):
+        if i in fitting:  # the last stage's part already pays the tied exchange
+            got = fitting[i]
+        else:
+            c = max(c for c in classes if c <= min(p - i, m))
+            got = fitting[("mid", c)]
+        t_rows[i] = np.maximum(t_rows[i], got)
+    return max(quick, split_bound())
+
+
+def _fitting_rows(
+    problem: SearchProblem,
+    side: dict[str, str | int],
+    one: set[str | int],
+    full: set[str | int],
+    copies: int,
+    limit_bytes: float,
+    ks: np.ndarray,
+    k0: int,
+    first: int,
+    grow_s: float,
+) -> np.ndarray:
+    """Lower bounds (seconds) on a stage's plan with ``ks`` layers that fits ``limit_bytes``
+    with ``copies`` micro-batches in flight: the Lagrangian ``min (time + lam * memory) -
+    lam * limit`` of its parts (``one``: its first layer with its other ops, ``full``: ``k0``
+    layers), maximised over ``lam`` for ``full`` by bisection on the supergradient (memory
+    minus limit). Up to ``k0`` layers: ``one``'s value plus a layer's least ``time + lam *
+    memory`` per further layer (transient buffers count 1/k0 of a layer each, below their
+    peak); beyond: ``full``'s value plus ``grow_s`` per layer (memory left out). +inf where
+    even the leanest plan of ``full`` cannot fit (no stage of that many layers can)."""
+    lean = problem.with_copies(copies)
+    small = lean.subproblem(_picked(side, one))
+    whole = lean.subproblem(_picked(side, full))
+    layer_nodes = _picked(side, {first})
+
+    def value(lam: float) -> tuple[float, float]:
+        sol = solve_problem(whole, lam)
+        return sol.cost - lam * limit_bytes, memory_of(whole, sol) - limit_bytes
+
+    best_g, over = value(0.0)
+    best_lam = 0.0
+    if over <= 0:  # the fastest plan fits: memory adds nothing
+        return np.zeros_like(ks)
+    lo, hi = 0.0, max(best_g, 1e-12) / limit_bytes
+    for _ in range(FIT_DOUBLINGS):
+        g, over = value(hi)
+        if g > best_g:
+            best_g, best_lam = g, hi
+        if over <= 0:
+            break
+        lo, hi = hi, 2 * hi
+    else:
+        return np.where(ks >= k0, np.inf, 0.0)  # k0 layers never fit
+    for _ in range(FIT_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        g, over = value(mid)
+        if g > best_g:
+            best_g, best_lam = g, mid
+        lo, hi = (mid, hi) if over > 0 else (lo, mid)
+    lam = best_lam
+    head = solve_problem(small, lam).cost - lam * limit_bytes
+    per_layer = sum(
+        min(float((lean.option_time[n][rc] + lam * lean.option_memory[n][rc]).min())
+            for rc in lean.option_time[n])
+        for n in layer_nodes
+    )
+    few = np.where(ks <= k0, head + (ks - 1) * per_layer, -np.inf)
+    return np.maximum(few, np.where(ks >= k0, best_g + (ks - k0) * grow_s, -np.inf))
 
 
 def _untied(graph: OpGraph) -> OpGraph:

@@ -199,7 +199,7 @@ def _stages_proven(
     balanced layer splits, every stage's plan searched exactly, no clock): a faster pipeline
     replaces the plan, and the shapes are bounded again against it. Without, the plan stays."""
     bounds = pipeline_bounds(graph, topology, cutoff_s=plan.total_time_s, links=links,
-                             space=space)
+                             space=space, memory_limit_bytes=memory_limit_bytes)
     plan = plan if not refine else _refined(graph, topology, plan, sorted(
         bounds.open, key=lambda sh: sh.bound_s)[:REFINED_SHAPES], memory_limit_bytes, space,
         links, label)

@@ -17,7 +17,7 @@ and its reader. Costs of identical ops and edges are computed once.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -119,6 +119,10 @@ class SearchProblem:
     # per op node and strategy: seconds without weight phases (gradient sync, ZeRO gathers),
     # no recomputation: what the node costs at least under any of its options
     own_time: dict[str, np.ndarray] = field(default_factory=dict)
+    # per node and recomputation variant: bytes per strategy of one micro-batch's kept
+    # activations (``option_memory`` holds ``activation_copies`` of them)
+    activation_bytes: dict[str, dict[bool, np.ndarray]] = field(default_factory=dict)
+    activation_copies: int = 1
 
     @property
     def nodes(self) -> list[str]:
@@ -164,11 +168,7 @@ class SearchProblem:
                     mm = np.where(ok, m[:, col], m[:, 0])[:, None]
                 times[n][rc], mems[n][rc] = tt, mm
             zeros[n] = (zero if col is not None else 0,)
-        return SearchProblem(
-            self.graph, self.topology, self.mesh, self.mode, self.microbatches,
-            self.strategies, self.members, self.layouts, times, mems, zeros, self.edges,
-            self.layer, self.op_costs, self.own_time,
-        )
+        return replace(self, option_time=times, option_memory=mems, option_zero=zeros)
 
     def subproblem(self, keep: set[str]) -> SearchProblem:
         """The same problem on the nodes ``keep`` only (edges to the others dropped): each kept
@@ -176,13 +176,26 @@ class SearchProblem:
         def only(d: dict) -> dict:
             return {n: v for n, v in d.items() if n in keep}
 
-        return SearchProblem(
-            self.graph, self.topology, self.mesh, self.mode, self.microbatches,
-            only(self.strategies), only(self.members), only(self.layouts),
-            only(self.option_time), only(self.option_memory), only(self.option_zero),
-            [e for e in self.edges if e.u in keep and e.v in keep], only(self.layer),
-            only(self.op_costs), only(self.own_time),
+        return replace(
+            self, strategies=only(self.strategies), members=only(self.members),
+            layouts=only(self.layouts), option_time=only(self.option_time),
+            option_memory=only(self.option_memory), option_zero=only(self.option_zero),
+            edges=[e for e in self.edges if e.u in keep and e.v in keep],
+            layer=only(self.layer), op_costs=only(self.op_costs), own_time=only(self.own_time),
+            activation_bytes=only(self.activation_bytes),
         )
+
+    def with_copies(self, copies: int) -> SearchProblem:
+        """The same problem with ``copies`` micro-batches' activations held at once (a pipeline
+        stage under 1F1B holds one per micro-batch in flight): memory moves by the kept
+        activations per copy; times are unchanged."""
+        extra = copies - self.activation_copies
+        mems = {
+            n: {rc: m + extra * self.activation_bytes[n][rc][:, None] for rc, m in v.items()}
+            if n in self.activation_bytes else v
+            for n, v in self.option_memory.items()
+        }
+        return replace(self, option_memory=mems, activation_copies=copies)
 
     def own_only(self) -> SearchProblem:
         """The problem priced without weight phases: each op node's strategies at ``own_time``
@@ -197,11 +210,8 @@ class SearchProblem:
             mems[n] = {False: zero, True: zero}
         edges = [Edge(e.u, e.v, e.keep, e.keep) for e in self.edges]
         zeros = {n: (0,) for n in self.option_time}
-        return SearchProblem(
-            self.graph, self.topology, self.mesh, self.mode, self.microbatches,
-            self.strategies, self.members, self.layouts, times, mems, zeros, edges,
-            self.layer, self.op_costs, self.own_time,
-        )
+        return replace(self, option_time=times, option_memory=mems, option_zero=zeros,
+                       edges=edges, activation_bytes={})
 
     def min_memory(self, node: str) -> float:
         """Least memory this node can hold under any strategy, option and variant (bytes)."""
@@ -341,7 +351,8 @@ def _group_options(
 ) -> tuple:
     """One search node's options: (strategies, time s and memory bytes per option by
     recomputation, ZeRO stages of the columns, per-op costs, each strategy's time without
-    gradient sync and ZeRO gathers), per step of ``k`` micro-batches."""
+    gradient sync and ZeRO gathers, kept activation bytes of one micro-batch by recomputation),
+    per step of ``k`` micro-batches."""
     train = mode == "train"
     stages = (0, 1, 2, 3) if train else (0, 3)
     strats = _group_strategies(graph, ops, mesh, space, allow)
@@ -358,11 +369,12 @@ def _group_options(
     used = [j for j in range(len(stages)) if np.isfinite(wt[:, j]).any()]
     wt, wm = wt[:, used], wm[:, used]
     zeros = tuple(stages[j] for j in used)
-    times, mems = {}, {}
+    times, mems, per_copy = {}, {}, {}
     for rc in (False, True) if train else (False,):
         passes = (4.0 if rc else 3.0) if train else 1.0
         base = k * (passes * compute + (2 if rc else 1) * fwd + bwd)
-        act = activation_copies * sum(t.boundary if rc else t.saved for t in tabs)
+        per_copy[rc] = sum(t.boundary if rc else t.saved for t in tabs)
+        act = activation_copies * per_copy[rc]
         if rc:  # the layer re-created in backward, one at a time (1/L each)
             act = act + sum(t.saved - t.boundary for t in tabs) / max(1, graph.num_layers)
         times[rc] = base[:, None] + wt
@@ -370,8 +382,8 @@ def _group_options(
             own = base
         mems[rc] = (act + fixed)[:, None] + wm
     if not train:
-        times[True], mems[True] = times[False], mems[False]
-    return strats, times, mems, zeros, [t.costs for t in tabs], own
+        times[True], mems[True], per_copy[True] = times[False], mems[False], per_copy[False]
+    return strats, times, mems, zeros, [t.costs for t in tabs], own, per_copy
 
 
 def build_problem(
@@ -401,6 +413,7 @@ def build_problem(
     layer: dict[str, int | None] = {}
     op_costs: dict[str, list[list[OpCost]]] = {}
     own_time: dict[str, np.ndarray] = {}
+    activation: dict[str, dict[bool, np.ndarray]] = {}
     memo: dict[tuple, tuple] = {}
     for node, names in members.items():
         ops = [graph.op_by_name[n] for n in names]
@@ -409,11 +422,13 @@ def build_problem(
             memo[sig] = _group_options(
                 graph, ops, mesh, topology, mode, comm, space, allow, k, activation_copies
             )
-        strats, times, mems, zeros, costs, own = memo[sig]
+        strats, times, mems, zeros, costs, own, per_copy = memo[sig]
         own_time[node] = own
         strategies[node] = strats
         lay = ops[0].layer
         layered = train and lay is not None
+        activation[node] = per_copy if layered else {False: per_copy[False],
+                                                     True: per_copy[False]}
         option_time[node] = times if layered else {False: times[False], True: times[False]}
         option_memory[node] = mems if layered else {False: mems[False], True: mems[False]}
         option_zero[node] = zeros
@@ -483,6 +498,8 @@ def build_problem(
         {n: layer[n] for n in ordered},
         op_costs,
         own_time,
+        activation,
+        activation_copies,
     )
 
 
