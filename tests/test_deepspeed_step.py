@@ -34,11 +34,15 @@ out in the ranks). Skipped without torch or deepspeed (requirements-validation.t
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import queue
 import socket
+import sys
 import time
+import types
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import pytest
@@ -147,6 +151,23 @@ def _rank_main(rank: int, port: int, cases: list[tuple[int, int, dict[str, Any]]
     results.put((rank, None, "done", None))
 
 
+@contextlib.contextmanager
+def _no_script_main() -> Iterator[None]:
+    """Hide the process's ``__main__`` while ranks are spawned.
+
+    A spawned child re-runs the parent's ``__main__`` by its file; after a dashboard AppTest in
+    the same pytest process that is Streamlit's stand-in for ``app.py``, which cannot run outside
+    Streamlit, so the rank died before its first line. A bare module gives the child nothing to
+    re-run.
+    """
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = saved
+
+
 class Run(NamedTuple):
     values: dict[tuple[int, int], dict[int, dict[str, Any]]]  # case -> rank -> what it reported
     errors: list[tuple[tuple[int, int] | None, str]]  # (case or None for all, what went wrong)
@@ -167,8 +188,9 @@ def ranks() -> Run:
     port = _free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, port, cases, results), daemon=True)
              for r in range(WORLD)]
-    for p in procs:
-        p.start()
+    with _no_script_main():
+        for p in procs:
+            p.start()
     out: dict[tuple[int, int], dict[int, dict[str, Any]]] = {}
     errors: list[tuple[tuple[int, int] | None, str]] = []
     done: set[int] = set()

@@ -253,26 +253,47 @@ def stage_bound(
     bound = split_bound()
     if bound >= cutoff_s or not math.isfinite(memory_limit_bytes):
         return max(quick, bound)
-    # memory: each stage's plan fits the limit with its micro-batches in flight under 1F1B
-    # (p - i for stage i); middle stages take the bound of the next fewer copies computed
+    fitting = _fitting_stage_rows(problem, paid, side, p, m, memory_limit_bytes, ks, k0, first,
+                                  grow_s)
+    t_rows = [np.maximum(t, f) for t, f in zip(t_rows, fitting)]
+    return max(quick, split_bound())
+
+
+def _fitting_stage_rows(
+    problem: SearchProblem,
+    paid: SearchProblem,
+    side: dict[str, str | int],
+    p: int,
+    m: int,
+    limit_bytes: float,
+    ks: np.ndarray,
+    k0: int,
+    first: int,
+    grow_s: float,
+) -> list[np.ndarray]:
+    """Per stage, lower bounds (seconds, per layer count ``ks``) on its plans that fit
+    ``limit_bytes`` with its micro-batches in flight under 1F1B (``p - i`` for stage ``i``, at
+    most ``m``): the first stage's part with ``min(p, m)`` copies, the last's (``paid``: it
+    pays the tied exchange) with 1, middle stages the bound of the next fewer power-of-2
+    copies computed (fewer copies need less memory, so their bound is no higher)."""
+    top = first + k0 - 1
     parts = {0: ({"head", first}, {"head", "layer"}, problem, min(p, m))}
     classes = sorted({min(m, 1 << (p - i).bit_length() - 1) for i in range(1, p - 1)})
     for c in classes:
         parts[("mid", c)] = ({first}, {"layer"}, problem, c)
     parts[p - 1] = ({"tail", top}, {"tail", "layer"}, paid, 1)
     fitting = {
-        key: _fitting_rows(prob, side, one, full, copies, memory_limit_bytes, ks, k0, first,
-                           grow_s)
+        key: _fitting_rows(prob, side, one, full, copies, limit_bytes, ks, k0, first, grow_s)
         for key, (one, full, prob, copies) in parts.items()
     }
+    rows = []
     for i in range(p):
-        if i in fitting:  # the last stage's part already pays the tied exchange
-            got = fitting[i]
+        if i in fitting:
+            rows.append(fitting[i])
         else:
             c = max(c for c in classes if c <= min(p - i, m))
-            got = fitting[("mid", c)]
-        t_rows[i] = np.maximum(t_rows[i], got)
-    return max(quick, split_bound())
+            rows.append(fitting[("mid", c)])
+    return rows
 
 
 def _fitting_rows(
