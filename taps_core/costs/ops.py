@@ -132,7 +132,7 @@ class OptionCost:
 
 def shard(tensor: TensorSpec, letters: str, strategy: Strategy, pad: float = 1.0) -> float:
     """Bytes of ``tensor`` held per device when indexed by ``letters`` under ``strategy``."""
-    return tensor.nbytes * pad / math.prod(strategy.factor(ch) for ch in letters)
+    return tensor.nbytes * pad / strategy.split_ways(letters)
 
 
 def optimizer_bytes_per_param(dtype_bytes: int) -> float:

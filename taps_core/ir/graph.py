@@ -53,11 +53,11 @@ class TensorSpec:
     tied: bool = False
     tied_to: str = ""
 
-    @property
+    @cached_property
     def numel(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.numel * self.dtype_bytes
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from taps_core.ir.graph import OpGraph, OpSpec
 
@@ -82,6 +82,21 @@ class Strategy:
         """Ways ``letter`` is split on one level, or on both when ``level`` is None."""
         return self._factors.get((letter, level), 1)
 
+    @cached_property
+    def _products(self) -> dict[tuple[str | frozenset[str], str | None], int]:
+        return {}
+
+    def split_ways(self, letters: str | frozenset[str], level: str | None = None) -> int:
+        """Product of the factors of ``letters`` on one level (both when ``level`` is None):
+        the shards a tensor indexed by them is cut into. Memoised per strategy (the cost
+        tables ask the same few questions of every strategy many times)."""
+        key = (letters, level)
+        ways = self._products.get(key)
+        if ways is None:
+            ways = math.prod(self._factors.get((ch, level), 1) for ch in letters)
+            self._products[key] = ways
+        return ways
+
     def ways(self) -> int:
         """Number of distinct shards of the op's work (devices that do not duplicate)."""
         return math.prod(f for lv in LEVELS for _, f in self.level(lv))
@@ -96,10 +111,8 @@ class Strategy:
 
     def partial(self, letters: frozenset[str] | set[str]) -> tuple[int, int]:
         """(inter, intra) ways the given (contracted) letters are split: the partial-sum group."""
-        return (
-            math.prod(self.factor(ch, "inter") for ch in letters),
-            math.prod(self.factor(ch, "intra") for ch in letters),
-        )
+        key = letters if isinstance(letters, frozenset) else frozenset(letters)
+        return self.split_ways(key, "inter"), self.split_ways(key, "intra")
 
     def output_layout(self, op: OpSpec) -> Layout:
         """The layout ``op`` emits under this strategy (with pending partial sums if deferred)."""
@@ -118,11 +131,15 @@ class Strategy:
         return f"inter[{one(self.inter)}] intra[{one(self.intra)}]{tail}"
 
 
-def _level_splits(size: int, letters: tuple[str, ...], space: SearchSpace) -> list[LevelSplit]:
-    """Every split of one level of ``size`` devices over ``letters`` allowed by ``space``."""
+@lru_cache(maxsize=4096)
+def _level_splits(
+    size: int, letters: tuple[str, ...], space: SearchSpace
+) -> tuple[LevelSplit, ...]:
+    """Every split of one level of ``size`` devices over ``letters`` allowed by ``space``
+    (memoised: a pure function asked the same question for every op of a graph)."""
     splits: list[LevelSplit] = [()]
     if size == 1:
-        return splits
+        return tuple(splits)
     divisors = [d for d in range(2, size + 1) if size % d == 0]
     for k in range(1, space.max_dims_per_level + 1):
         for chosen in itertools.combinations(letters, k):
@@ -130,7 +147,7 @@ def _level_splits(size: int, letters: tuple[str, ...], space: SearchSpace) -> li
                 prod = math.prod(factors)
                 if (prod == size) if space.whole_levels else (size % prod == 0):
                     splits.append(tuple(zip(chosen, factors)))
-    return splits
+    return tuple(splits)
 
 
 MOE_KINDS = frozenset({"moe_dispatch", "moe_combine"})
@@ -142,7 +159,7 @@ def _splits(
     """Level splits of one op; a MoE dispatch/combine splits its token side and expert side
     independently (each whole or replicated), since the level's devices hold both."""
     if op.kind not in MOE_KINDS:
-        return _level_splits(size, letters, space)
+        return list(_level_splits(size, letters, space))
     src = tuple(ch for ch in letters if ch in op.input_letters[0])
     dst = tuple(ch for ch in letters if ch in op.output_letters and ch not in src)
     return [a + b for a in _level_splits(size, src, space) for b in _level_splits(size, dst, space)]
@@ -167,13 +184,20 @@ def op_strategies(graph: OpGraph, op: OpSpec, mesh: Mesh, space: SearchSpace) ->
     out: list[Strategy] = []
     for inter in _splits(op, mesh.inter, letters, space):
         for intra in _splits(op, mesh.intra, letters, space):
-            s = Strategy(inter, intra)
+            s = _interned(inter, intra, False)
             if all(_fits(sizes[ch], s.factor(ch), ch in op.padded) for ch in letters):
                 out.append(s)
                 p_inter, p_intra = s.partial(contracted)
                 if deferrable and p_inter == 1 and p_intra > 1:
-                    out.append(Strategy(inter, intra, defer=True))
+                    out.append(_interned(inter, intra, True))
     return out
+
+
+@lru_cache(maxsize=65536)
+def _interned(inter: LevelSplit, intra: LevelSplit, defer: bool) -> Strategy:
+    """One shared instance per distinct strategy, so its memoised factor products serve every
+    op and every problem built with it (strategies are immutable values)."""
+    return Strategy(inter, intra, defer)
 
 
 def pad_factor(graph: OpGraph, op: OpSpec, s: Strategy, letters: str) -> float:
