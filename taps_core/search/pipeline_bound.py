@@ -53,7 +53,7 @@ from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
 
 MAX_STAGE_SOLVES = 24  # shapes given the exact stage bound; the rest keep the compute bound
 FIT_DOUBLINGS = 40  # Lagrange multipliers doubled until a stage's part fits the memory limit
-FIT_BISECTIONS = 12  # then bisected towards the multiplier of the best bound
+FIT_BISECTIONS = 12  # then at most this many cutting-plane steps to the dual's peak
 
 
 @dataclass(frozen=True)
@@ -311,11 +311,12 @@ def _fitting_rows(
     """Lower bounds (seconds) on a stage's plan with ``ks`` layers that fits ``limit_bytes``
     with ``copies`` micro-batches in flight: the Lagrangian ``min (time + lam * memory) -
     lam * limit`` of its parts (``one``: its first layer with its other ops, ``full``: ``k0``
-    layers), maximised over ``lam`` for ``full`` by bisection on the supergradient (memory
-    minus limit). Up to ``k0`` layers: ``one``'s value plus a layer's least ``time + lam *
-    memory`` per further layer (transient buffers count 1/k0 of a layer each, below their
-    peak); beyond: ``full``'s value plus ``grow_s`` per layer (memory left out). +inf where
-    even the leanest plan of ``full`` cannot fit (no stage of that many layers can)."""
+    layers), maximised over ``lam`` for ``full`` by cutting planes on the supergradient
+    (memory minus limit), exact once the supporting lines meet on the dual. Up to ``k0``
+    layers: ``one``'s value plus a layer's least ``time + lam * memory`` per further layer
+    (transient buffers count 1/k0 of a layer each, below their peak); beyond: ``full``'s
+    value plus ``grow_s`` per layer (memory left out). +inf where even the leanest plan of
+    ``full`` cannot fit (no stage of that many layers can)."""
     lean = problem.with_copies(copies)
     small = lean.subproblem(_picked(side, one))
     whole = lean.subproblem(_picked(side, full))
@@ -325,26 +326,36 @@ def _fitting_rows(
         sol = solve_problem(whole, lam)
         return sol.cost - lam * limit_bytes, memory_of(whole, sol) - limit_bytes
 
-    best_g, over = value(0.0)
-    best_lam = 0.0
+    g0, over = value(0.0)
     if over <= 0:  # the fastest plan fits: memory adds nothing
         return np.zeros_like(ks)
-    lo, hi = 0.0, max(best_g, 1e-12) / limit_bytes
+    best_g, best_lam = g0, 0.0
+    lo = (0.0, g0, over)  # (multiplier, dual value, supergradient > 0): memory still over
+    hi_lam = max(g0, 1e-12) / limit_bytes
     for _ in range(FIT_DOUBLINGS):
-        g, over = value(hi)
+        g, over = value(hi_lam)
         if g > best_g:
-            best_g, best_lam = g, hi
+            best_g, best_lam = g, hi_lam
         if over <= 0:
+            hi = (hi_lam, g, over)
             break
-        lo, hi = hi, 2 * hi
+        lo, hi_lam = (hi_lam, g, over), 2 * hi_lam
     else:
         return np.where(ks >= k0, np.inf, 0.0)  # k0 layers never fit
+    # the dual is concave and piecewise linear: where the supporting lines at ``lo`` and
+    # ``hi`` meet lies its peak or a new line; stop when the value there reaches the lines
     for _ in range(FIT_BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        g, over = value(mid)
+        (la, ga, sa), (lb, gb, sb) = lo, hi
+        if sa <= sb:
+            break
+        lam = min(max((gb - ga + sa * la - sb * lb) / (sa - sb), la), lb)
+        top = ga + sa * (lam - la)  # no multiplier's value exceeds this
+        g, over = value(lam)
         if g > best_g:
-            best_g, best_lam = g, mid
-        lo, hi = (mid, hi) if over > 0 else (lo, mid)
+            best_g, best_lam = g, lam
+        if g >= top - 1e-12 * max(1.0, abs(top)):
+            break  # the peak: best_g is the dual's maximum
+        lo, hi = ((lam, g, over), hi) if over > 0 else (lo, (lam, g, over))
     lam = best_lam
     head = solve_problem(small, lam).cost - lam * limit_bytes
     per_layer = sum(
