@@ -248,3 +248,18 @@ def test_the_tied_exchange_priced_per_strategy_is_the_one_the_pipeline_adds():
     held = tied_held_bytes(micro, op, pos, strategy)
     paid = tied_exchange_seconds(LinkModel(topo), (0, 1), (2, 3), held)
     assert paid > 0 and last.tied_sync_s == pytest.approx(paid, rel=1e-12)
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_the_bound_charges_each_stage_the_sends_the_pipeline_charges(p):
+    """The shape bound's per-stage sends (seconds per micro-batch) are exactly the planned
+    pipeline's, stage by stage: both come from one accounting of the boundary traffic."""
+    from taps_core.search.pipeline_bound import _sends
+
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
+    topo = preset("dgx-a100:4")
+    plan = plan_setting(graph, topo, p=p, m=2, split=(4 // p,) * p)
+    micro = build_graph(replace(graph.meta["config"], batch_size=4))
+    charged = [st.send_s for st in plan.pipeline.stages]
+    assert all(s > 0 for s in charged)
+    assert _sends(micro, LinkModel(topo), p, (0, 3)) == pytest.approx(charged, rel=1e-12)

@@ -44,7 +44,6 @@ from taps_core.search.flat import choices_of, search_fixed
 from taps_core.search.memory_fit import within_limit
 from taps_core.search.problem import SearchProblem, StrategyFilter
 
-MAX_STAGES = 32
 SCOUT_STAGE_BUDGET_S = 4.0  # a stage's exact search while comparing settings (then in full)
 PIPELINE_ZERO = (1,)  # the distributed optimizer; ZeRO-2/3 re-gather per micro-batch
 
@@ -108,6 +107,46 @@ def send_seconds(
 
 
 @dataclass(frozen=True)
+class BoundarySend:
+    """The activation sent across one stage boundary per micro-batch and its gradient sent
+    back: seconds, bytes (all GPUs) and per-link loads (bytes) each way."""
+
+    src: tuple[int, ...]  # the earlier stage's hosts
+    dst: tuple[int, ...]  # the later stage's hosts
+    forward_s: float
+    forward_bytes: float
+    forward_loads: np.ndarray
+    backward_s: float
+    backward_bytes: float
+    backward_loads: np.ndarray
+
+
+def boundary_sends(links: LinkModel, p: int, boundary_bytes: list[float]) -> list[BoundarySend]:
+    """Every boundary of ``p`` equal-width stages (stage i on hosts i*H .. (i+1)*H - 1), given
+    the activation bytes crossing each per micro-batch."""
+    hosts = links.topology.nodes // p
+    sends = []
+    for i in range(p - 1):
+        src = tuple(range(i * hosts, (i + 1) * hosts))
+        dst = tuple(range((i + 1) * hosts, (i + 2) * hosts))
+        fwd = send_seconds(links, src, dst, boundary_bytes[i])
+        bwd = send_seconds(links, dst, src, boundary_bytes[i])
+        sends.append(BoundarySend(src, dst, *fwd, *bwd))
+    return sends
+
+
+def stage_send_seconds(sends: list[BoundarySend]) -> list[float]:
+    """Seconds per micro-batch each stage spends sending: the activation forward to the next
+    stage and the gradient back to the previous (the sender is charged, as 1F1B overlaps
+    neither with its own compute)."""
+    seconds = [0.0] * (len(sends) + 1)
+    for i, send in enumerate(sends):
+        seconds[i] += send.forward_s
+        seconds[i + 1] += send.backward_s
+    return seconds
+
+
+@dataclass(frozen=True)
 class _StagePlan:
     plan: Plan
     sync_s: float  # once per step
@@ -139,9 +178,9 @@ def candidate_splits(layers: int, p: int) -> list[tuple[int, ...]]:
 
 
 def all_stage_counts(nodes: int, layers: int) -> tuple[int, ...]:
-    """Every stage count of the pipeline space, most first: 2 <= p <= the hosts, the layers
-    and ``MAX_STAGES``, dividing the hosts."""
-    return tuple(p for p in range(min(nodes, MAX_STAGES, layers), 1, -1) if nodes % p == 0)
+    """Every stage count of the pipeline space, most first: 2 <= p <= the hosts and the layers
+    (at least one layer per stage, as Megatron-LM requires), dividing the hosts."""
+    return tuple(p for p in range(min(nodes, layers), 1, -1) if nodes % p == 0)
 
 
 def valid_microbatches(batch: int, hosts_per_stage: int) -> list[int]:
@@ -410,27 +449,22 @@ def _put_together(
     hosts = topology.nodes // p
     # boundary sends, per micro-batch, forward and backward
     boundary = _boundary_bytes(micro, ranges)
+    sends = boundary_sends(links, p, boundary)
+    send_s = stage_send_seconds(sends)
     stages: list[StageInfo] = []
     loads = np.zeros(len(links.links))
     p2p_bytes = 0.0
-    send_s = [0.0] * p
     send_vol = [0.0] * p
     flows: list[tuple[int, int, float]] = []
     volume = VolumeCost()
-    for i in range(p - 1):
-        src = tuple(range(i * hosts, (i + 1) * hosts))
-        dst = tuple(range((i + 1) * hosts, (i + 2) * hosts))
-        fwd_s, fwd_b, fwd_l = send_seconds(links, src, dst, boundary[i])
-        bwd_s, bwd_b, bwd_l = send_seconds(links, dst, src, boundary[i])
-        send_s[i] += fwd_s
-        send_s[i + 1] += bwd_s
+    for i, send in enumerate(sends):
         per_gpu = boundary[i] / (hosts * topology.gpus_per_node)
         send_vol[i] += volume.seconds_per_byte * per_gpu
         send_vol[i + 1] += volume.seconds_per_byte * per_gpu
-        loads += m * (fwd_l + bwd_l)
-        flows += _flows(src, dst, topology.gpus_per_node, m * boundary[i])
-        flows += _flows(dst, src, topology.gpus_per_node, m * boundary[i])
-        p2p_bytes += m * (fwd_b + bwd_b)
+        loads += m * (send.forward_loads + send.backward_loads)
+        flows += _flows(send.src, send.dst, topology.gpus_per_node, m * boundary[i])
+        flows += _flows(send.dst, send.src, topology.gpus_per_node, m * boundary[i])
+        p2p_bytes += m * (send.forward_bytes + send.backward_bytes)
     tied_s, tied_bytes, tied_loads = _tied_exchange(micro, links, stage_plans, hosts)
     loads += tied_loads
     for i, sp in enumerate(stage_plans):

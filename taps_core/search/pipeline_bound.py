@@ -1,6 +1,6 @@
 """Proven lower bounds on every pipelined plan of :mod:`taps_core.search.pipeline`, per shape.
 
-A shape is ``p`` stages (``p`` divides the hosts, 2 <= p <= the layers and ``MAX_STAGES``) and
+A shape is ``p`` stages (``p`` divides the hosts, 2 <= p <= the layers) and
 ``m`` micro-batches (``m`` divides the batch and each micro-batch still splits over a stage's
 hosts); any split of the layers and any per-op plan of every stage (ZeRO-1, any recomputation,
 any memory) lies inside it. Its step under 1F1B is
@@ -43,9 +43,11 @@ from taps_core.search.memory_bound import memory_of
 from taps_core.search.pipeline import (
     PIPELINE_ZERO,
     all_stage_counts,
+    boundary_sends,
     layer_range,
     send_seconds,
     stage_graph,
+    stage_send_seconds,
     valid_microbatches,
     with_tied_exchange,
 )
@@ -207,7 +209,7 @@ def stage_bound(
     cheapest = _cheapest_layer_s(problem, first)
     lone_s = max(bare_s, cheapest)  # T's least seconds for a stage's first layer
     grow_s = max(in_s, cheapest)  # and for each layer after it
-    send = _sends(micro, topology, links, p, span)
+    send = _sends(micro, links, p, span)
     tied_s = _tied_floor_s(micro, topology, links, p)
     # the last stage's plans priced with the tied exchange its head's shard makes (the first
     # stage's rows take the exchange's floor: its size is the last stage's choice)
@@ -470,18 +472,10 @@ def _tied_floor_s(micro: OpGraph, topology: Topology, links: LinkModel, p: int) 
                send_seconds(links, last, first, nbytes)[0])
 
 
-def _sends(
-    micro: OpGraph, topology: Topology, links: LinkModel, p: int, span: tuple[int, int]
-) -> list[float]:
+def _sends(micro: OpGraph, links: LinkModel, p: int, span: tuple[int, int]) -> list[float]:
     """Seconds per micro-batch each stage spends sending (forward to the next, the gradient
-    back to the previous), as :func:`~taps_core.search.pipeline._put_together` adds them."""
-    hosts = topology.nodes // p
+    back to the previous): the same helpers as the pipeline's own step
+    (:func:`~taps_core.search.pipeline.boundary_sends`), so bound and plan agree."""
     last = [op for op in micro.ops if op.layer == span[0]][-1]
     nbytes = float(micro.tensors[last.output].nbytes)
-    send = [0.0] * p
-    for i in range(p - 1):
-        src = tuple(range(i * hosts, (i + 1) * hosts))
-        dst = tuple(range((i + 1) * hosts, (i + 2) * hosts))
-        send[i] += send_seconds(links, src, dst, nbytes)[0]
-        send[i + 1] += send_seconds(links, dst, src, nbytes)[0]
-    return send
+    return stage_send_seconds(boundary_sends(links, p, [nbytes] * (p - 1)))
