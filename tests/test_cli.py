@@ -145,7 +145,6 @@ def test_solve_graph(tmp_path, capsys):
         (["plan", "nope", "--topology", "dgx-a100:1"], "model"),
         (["plan", "gpt2", "--topology", "dgx-z:1"], "topology"),
         (["plan", "gpt2", "--topology", "missing.json"], "topology"),
-        (["plan", "gpt2", "--topology", "dgx-a100:2", "--batch", "3"], "batch_size"),
         (["plan", "gpt2", "--topology", "dgx-a100:1", "--batch", "0"], "batch_size"),
         (["plan", "gpt2", "--topology", "dgx-a100:1", "--memory-limit", "-1"], "--memory-limit"),
         (["plan", "gpt2", "--topology", "dgx-a100:1", "--mode", "serve"], "arguments"),
@@ -310,8 +309,9 @@ def test_sweep_single_host_is_refused(capsys):
 def test_sweep_table_says_why_a_plan_does_not_fit(capsys):
     code, out, _ = _run(["sweep", "gpt2", "--topology", "dgx-a100:2", "--batch", "3", "--seq",
                          "128", "--from", "100", "--to", "400", "--points", "1", "--plans",
-                         ""], capsys)
-    assert code == 0 and "does not fit at 2 of 2 bandwidths: batch_size" in out
+                         "data_parallel"], capsys)
+    assert code == 0 and "data_parallel does not fit at 2 of 2 bandwidths: data parallelism " \
+        "needs the batch (3)" in out
 
 
 def test_plan_prove_stages_states_the_proof(capsys):

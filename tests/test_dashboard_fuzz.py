@@ -67,8 +67,6 @@ def run(page: str, **params: str) -> AppTest:
         ("plan", {"topo": "json"}, "topo="),
         ("topology", {"edits": "n0.nic0~net:bw=abc", "topo": TWO_HOSTS}, "edits"),
         ("topology", {"edits": ";".join(["+host"] * 500)}, "edits"),
-        # 5 hosts: a batch of 8 does not split over them
-        ("plan", {"edits": "+host;+host;+host", "topo": TWO_HOSTS}, "batch_size"),
         ("plan", {"model": "upload", "batch": "3"}, "uploaded config.json"),
         ("plan", {"model": "../../etc/passwd"}, "model="),
         ("compare", {"baseline": "alpa", "cmp_expand": "2"}, "baseline="),
@@ -80,6 +78,14 @@ def run(page: str, **params: str) -> AppTest:
 def test_hostile_url_values_give_a_message(page, params, word):
     at = run(page, **params)
     assert word in said(at), said(at)
+
+
+def test_batch_that_does_not_split_over_the_hosts_is_planned():
+    """5 hosts and a batch of 8: no data parallelism across all of them, but a plan (pipeline
+    stages, or other dims split across hosts) instead of a refusal."""
+    at = run("plan", edits="+host;+host;+host", topo=TWO_HOSTS)
+    assert not at.error, [e.value for e in at.error]
+    assert any("ms" in m.value for m in at.metric), [m.value for m in at.metric]
 
 
 def test_refused_cluster_does_no_work():

@@ -255,9 +255,17 @@ def test_data_parallel_baseline_splits_only_the_batch(dgx2):
         assert op.strategy.inter == (("b", 2),) and op.strategy.intra == (("b", 8),)
 
 
+def test_batch_that_does_not_split_over_the_hosts_is_planned(dgx2):
+    """A batch of 3 on 2 hosts: no op splits the batch across hosts (3 does not split 2 ways),
+    yet a plan is found (stages, or other dims split across hosts) instead of a refusal."""
+    plan = search(_graph("gpt2", num_hidden_layers=2, batch_size=3, seq_length=128), dgx2)
+    assert plan.total_time_s > 0
+    micro = 3 // (plan.pipeline.microbatches if plan.pipeline else 1)
+    for op in plan.ops:
+        assert micro % op.strategy.factor("b") == 0, (op.name, op.strategy)
+
+
 def test_bad_workloads_name_the_field(dgx2):
-    with pytest.raises(InvalidInputError, match="batch_size"):
-        search(_graph("gpt2", batch_size=3), dgx2)
     with pytest.raises(InvalidInputError, match="topology"):
         search(
             _graph("mlp-2layer", batch_size=2, seq_length=1, hidden_size=2, intermediate_size=2),

@@ -100,7 +100,8 @@ def _method(r: RunResults, q: QualityResult) -> list[str]:
         "- TAPS minimises the **step time** (compute + communication), not communication "
         "alone, so it may accept more communication to save compute (a negative reduction); its "
         "step time is never above a baseline's when both fit.",
-        "- The global batch must be a multiple of the node count: each model's sample batch is "
+        "- The global batch is kept a multiple of the node count, so that data parallelism "
+        "across every node (what the baselines assume) applies: each model's sample batch is "
         "used where it divides, otherwise raised to `max(sample batch, nodes)` rounded up to a "
         "multiple of the nodes; the batch column shows the value used"
         + (f" ({', '.join(scaled)})." if scaled else "."),

@@ -214,15 +214,10 @@ def _deepening(
 def check_workload(graph: OpGraph, topology: Topology, space: SearchSpace = SearchSpace()) -> None:
     """Reject workloads the cluster cannot run sensibly, naming the field to change.
 
-    The global batch must split evenly over the nodes (data parallelism across nodes is what
-    every baseline assumes), and the model's largest op must be splittable over every GPU.
+    The model's largest op must be splittable over every GPU. A batch that does not split over
+    the nodes is not refused: pipeline stages, or splits of other dims across hosts, can still
+    use them (a batch of 8 on 16 hosts runs as 4 stages of 4 hosts, 2 micro-batches).
     """
-    cfg = graph.meta.get("config")
-    batch = getattr(cfg, "batch_size", None)
-    if batch is not None and batch % topology.nodes:
-        raise InvalidInputError(
-            "batch_size", batch, f"a multiple of the {topology.nodes} nodes of {topology.name}"
-        )
     heaviest = max(graph.ops, key=graph.flops)
     mesh = Mesh(topology.nodes, topology.gpus_per_node)
     if not any(s.ways() == mesh.devices for s in op_strategies(graph, heaviest, mesh, space)):
