@@ -16,7 +16,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
-from taps_core.cluster.topology import Topology
+from taps_core.cluster.topology import Topology, sub_topology
 
 PATTERNS = ("ring", "pairs")
 PRED_ELEMENTS = 1 << 26  # shortest-path tree entries kept at once (int32: 256 MiB)
@@ -75,6 +75,17 @@ class LinkModel:
         self.latency_s = np.array([link.latency_s for _, _, link in self.links])
         self.is_inter = np.array([link.kind == "network" for _, _, link in self.links])
         self._cache: dict[tuple[str, int, str], PatternCost] = {}
+        self._stages: dict[int, LinkModel] = {}
+
+    def first_hosts(self, hosts: int) -> LinkModel:
+        """The link model of this cluster's first ``hosts`` hosts (a pipeline stage's own
+        cluster; stages of equal width are priced on the first), built once and kept, so every
+        stage of a search routes each of its patterns once."""
+        if hosts == self.topology.nodes:
+            return self
+        if hosts not in self._stages:
+            self._stages[hosts] = LinkModel(sub_topology(self.topology, tuple(range(hosts))))
+        return self._stages[hosts]
 
     def link_ids(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Directed link ids of the device pairs ``a[i] -> b[i]`` (which must be linked)."""

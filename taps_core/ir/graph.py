@@ -221,6 +221,31 @@ class OpGraph:
                 seen.add(self.siblings.get(name, (name,))[0])
         return max(1, len(seen))
 
+    @cached_property
+    def signatures(self) -> dict[str, tuple]:
+        """Op name -> everything that determines the op's strategies and costs (not its name
+        or layer index): ops with equal signatures are costed once. Computed once per graph."""
+        return {op.name: self._signature(op) for op in self.ops}
+
+    def _signature(self, op: OpSpec) -> tuple:
+        specs = tuple(
+            (t.shape, t.dtype_bytes, t.is_param, t.tied, t.requires_grad)
+            for t in (self.tensors[n] for n in (*op.inputs, op.output))
+        )
+        readers = tuple(self.savers(n) for n in op.inputs)  # activation sharing
+        inside = tuple(
+            self.producer.get(n) is not None
+            and self.op_by_name[self.producer[n]].layer == op.layer
+            for n in op.inputs
+        )
+        group = self.siblings.get(op.name, (op.name,))
+        return (
+            op.kind, op.einsum, specs, readers, inside, op.layer is None,
+            group.index(op.name), len(group), op.fixed, op.stat_letters, op.tp_role,
+            op.flops_factor, op.fwd_flops, op.saves_inputs, op.mask_bytes, op.score_bytes,
+            op.padded, bool(self.consumers.get(op.output)),
+        )
+
     @property
     def num_parameters(self) -> int:
         """Parameters held (tied copies counted once)."""

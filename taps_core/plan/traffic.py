@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from taps_core.cluster.links import LinkModel
-from taps_core.cluster.topology import Topology, host_renamer, sub_topology
+from taps_core.cluster.topology import Topology, host_renamer
 from taps_core.errors import InvalidInputError
 from taps_core.plan.records import Plan
 
@@ -120,8 +120,8 @@ def _pipeline_breakdown(plan: Plan, topology: Topology, links: LinkModel) -> Lin
         return rows[kinds[kind]]
 
     for st in plan.pipeline.stages:
-        sub = sub_topology(topology, tuple(range(len(st.hosts))))
-        part = link_traffic_by_op_kind(st.plan, sub)
+        sub = links.first_hosts(len(st.hosts))
+        part = link_traffic_by_op_kind(st.plan, sub.topology, sub)
         rename = host_renamer(topology, st.hosts[0], g)
         for j, (u, v, _, _) in enumerate(part.links):
             i = index.get((rename(u), rename(v)))
@@ -161,8 +161,8 @@ def gpu_traffic_matrix(
     if plan.pipeline is not None:
         g = topology.gpus_per_node
         for st in plan.pipeline.stages:
-            sub = sub_topology(topology, tuple(range(len(st.hosts))))
-            _, part = gpu_traffic_matrix(st.plan, sub)
+            sub = links.first_hosts(len(st.hosts))
+            _, part = gpu_traffic_matrix(st.plan, sub.topology, sub)
             base = st.hosts[0] * g
             k = part.shape[0]
             matrix[base : base + k, base : base + k] += part

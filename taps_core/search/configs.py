@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, replace
 
 from taps_core.cluster.links import LinkModel
-from taps_core.cluster.topology import Topology, sub_topology
+from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import TopologyCost
 from taps_core.costs.ops import Memory, OpCost
 from taps_core.errors import InfeasibleError, InvalidInputError
@@ -206,7 +206,6 @@ class _Pricer:
         self.cfg = graph.meta["config"]
         self.layers = graph.num_layers
         self._graphs: dict[tuple[int, int], OpGraph] = {}
-        self._links: dict[int, LinkModel] = {}
         self._stages: dict[tuple[object, ...], tuple[_Figures, Plan]] = {}
         self._sends: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, float]] = {}
         self._op_costs: dict[tuple[object, ...], dict[tuple[str, Strategy], OpCost]] = {}
@@ -219,20 +218,12 @@ class _Pricer:
             self._graphs[key] = build_graph(cfg.with_workload(batch_size=samples))
         return self._graphs[key]
 
-    def stage_links(self, hosts: int) -> LinkModel:
-        """The link model a stage on ``hosts`` hosts is priced on (the first hosts)."""
-        if hosts == self.topology.nodes:
-            return self.links
-        if hosts not in self._links:
-            self._links[hosts] = LinkModel(sub_topology(self.topology, tuple(range(hosts))))
-        return self._links[hosts]
-
     def stage(self, lay: Layout3D, head: bool, tail: bool, layers: int) -> tuple[_Figures, Plan]:
         """Figures of a stage of ``layers`` layers (one micro-batch in flight) and the plan of
         its one-layer version."""
         key = (lay, head, tail, layers)
         if key not in self._stages:
-            links = self.stage_links(lay.hosts_per_stage)
+            links = self.links.first_hosts(lay.hosts_per_stage)
             micro = self.micro(lay.micro_batch_size * lay.dp, layers)
             sg = micro if head and tail else stage_graph(
                 micro, 0, layers - 1, head=head, tail=tail

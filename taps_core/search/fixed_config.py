@@ -303,10 +303,10 @@ def _pipelined(
         raise InvalidInputError("--fixed pp", lay.pp, "1 for a model without layers")
     split = balanced_split(span[1] - span[0] + 1, lay.pp)
 
-    def stage_plan(sg: OpGraph, sub: Topology, copies: int) -> Plan:
-        one = replace(lay, hosts_per_stage=sub.nodes)
+    def stage_plan(sg: OpGraph, sub: LinkModel, copies: int) -> Plan:
+        one = replace(lay, hosts_per_stage=sub.topology.nodes)
         return evaluate(
-            sg, LinkModel(sub), mode, fixed_choices(sg, one), label="stage",
+            sg, sub, mode, fixed_choices(sg, one), label="stage",
             cost_model="topology", search=info, memory_limit_bytes=limit,
             microbatches=lay.microbatches, activation_copies=copies,
         )

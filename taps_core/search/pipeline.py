@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from taps_core.cluster.links import LinkModel
-from taps_core.cluster.topology import Topology, host_renamer, sub_topology
+from taps_core.cluster.topology import Topology, host_renamer
 from taps_core.costs.collectives import TopologyCost, VolumeCost
 from taps_core.costs.ops import shard
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
@@ -342,7 +342,7 @@ def _assemble(
             return None  # out of time: this setting stays unplanned
         if key not in cache:
             cache[key] = _plan_stage(
-                micro, topology, mode, cost_model, limit, a, b, head, tail, copies, hosts, m,
+                micro, links, mode, cost_model, limit, a, b, head, tail, copies, hosts, m,
                 allow_for, space,
                 min(deadline, time.perf_counter() + stage_budget_s),
             )
@@ -411,19 +411,17 @@ def assemble_stages(
     m: int,
     split: tuple[int, ...],
     first_layer: int,
-    stage_plan: Callable[[OpGraph, Topology, int], Plan],
+    stage_plan: Callable[[OpGraph, LinkModel, int], Plan],
 ) -> Plan:
-    """A pipeline whose stage plans come from ``stage_plan(stage_graph, stage_topology,
+    """A pipeline whose stage plans come from ``stage_plan(stage_graph, stage_links,
     micro-batches in flight)`` (a given configuration, not a search), put together as
     :func:`search_pipeline` does."""
-    hosts = topology.nodes // p
-    sub = sub_topology(topology, tuple(range(hosts)))
-    sub_links = LinkModel(sub)
+    sub_links = links.first_hosts(topology.nodes // p)
     ranges = stage_ranges(first_layer, split)
     stage_plans = []
     for i, (a, b) in enumerate(ranges):
         sg = stage_graph(micro, a, b, head=i == 0, tail=i == p - 1)
-        plan = stage_plan(sg, sub, in_flight(i, p, m))
+        plan = stage_plan(sg, sub_links, in_flight(i, p, m))
         stage_plans.append(
             _StagePlan(
                 plan, _sync_seconds(plan, TopologyCost(sub_links)),
@@ -606,7 +604,7 @@ def _boundary_bytes(micro: OpGraph, ranges: list[tuple[int, int]]) -> list[float
 
 def _plan_stage(
     micro: OpGraph,
-    topology: Topology,
+    links: LinkModel,
     mode: str,
     cost_model: str,
     limit: float,
@@ -621,19 +619,20 @@ def _plan_stage(
     space: SearchSpace,
     deadline: float,
 ) -> _StagePlan | None:
-    """The exact intra-operator plan of one stage on its hosts (None if it cannot fit)."""
+    """The exact intra-operator plan of one stage on its hosts (None if it cannot fit);
+    ``links`` is the whole cluster's link model."""
     sg = stage_graph(micro, a, b, head=head, tail=tail)
-    sub = sub_topology(topology, tuple(range(hosts)))
-    sub_links = LinkModel(sub)
+    sub_links = links.first_hosts(hosts)
+    sub = sub_links.topology
     comm = TopologyCost(sub_links) if cost_model == "topology" else VolumeCost()
     allow = allow_for(sg, sub) if allow_for is not None else None
-    p = topology.nodes // hosts
+    p = links.topology.nodes // hosts
 
     def priced(problem: SearchProblem) -> SearchProblem:
         """The last stage weighs the tied exchange its head's shard makes (paid per step)."""
         if not tail or p < 2 or cost_model != "topology":
             return problem
-        return with_tied_exchange(problem, micro, LinkModel(topology), hosts, p)
+        return with_tied_exchange(problem, micro, links, hosts, p)
 
     def run(search_limit: float) -> Plan:
         problem, sol, info = search_fixed(

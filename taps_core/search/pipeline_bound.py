@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from taps_core.cluster.links import LinkModel
-from taps_core.cluster.topology import Topology, sub_topology
+from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import TopologyCost
 from taps_core.errors import InvalidInputError
 from taps_core.ir.graph import OpGraph
@@ -174,8 +174,9 @@ def stage_bound(
     cfg = graph.meta["config"]
     micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
     hosts = topology.nodes // p
-    sub = sub_topology(topology, tuple(range(hosts)))
-    comm = TopologyCost(LinkModel(sub))
+    sub_links = links.first_hosts(hosts)
+    sub = sub_links.topology
+    comm = TopologyCost(sub_links)
 
     # one problem: k0 layers with the ops before and after the layers, tied weights held as
     # their own copies (as separate first and last stages hold them); its parts, solved as

@@ -83,6 +83,7 @@ def search(
     With ``pipeline`` True as well, the open shapes of least bound are planned in full first.
     """
     start = time.perf_counter()
+    links = links or LinkModel(topology)  # one routing of each pattern for the whole search
     seed = None
     if allow is None and cost_model == "topology" and expert_seed and space == SearchSpace():
         seed = expert_plan(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes,
@@ -195,14 +196,14 @@ def _stages_proven(
     framework configurations, seconds) reaches it; else the least bound is the certified one
     and the open shapes are named.
 
-    With ``refine``, the ``REFINED_SHAPES`` open shapes of least bound are planned first (their
-    balanced layer splits, every stage's plan searched exactly, no clock): a faster pipeline
-    replaces the plan, and the shapes are bounded again against it. Without, the plan stays."""
+    With ``refine``, the first ``REFINED_SHAPES`` open shapes of :func:`refine_order` are
+    planned first (their balanced layer splits, every stage's plan searched exactly, no
+    clock): a faster pipeline replaces the plan, and the shapes are bounded again against it.
+    Without, the plan stays."""
     bounds = pipeline_bounds(graph, topology, cutoff_s=plan.total_time_s, links=links,
                              space=space, memory_limit_bytes=memory_limit_bytes)
-    plan = plan if not refine else _refined(graph, topology, plan, sorted(
-        bounds.open, key=lambda sh: sh.bound_s)[:REFINED_SHAPES], memory_limit_bytes, space,
-        links, label)
+    plan = plan if not refine else _refined(graph, topology, plan, refine_order(bounds.open)[
+        :REFINED_SHAPES], memory_limit_bytes, space, links, label)
     bounds = replace(bounds, cutoff_s=plan.total_time_s)
     opened = bounds.open
     solved = sum(s.how == "stage optimum" for s in bounds.shapes)
@@ -224,6 +225,13 @@ def _stages_proven(
         plan.search, status=status, lower_bound_s=lower, note=note,
         time_s=time.perf_counter() - start,
     ))
+
+
+def refine_order(shapes: tuple[ShapeBound, ...]) -> list[ShapeBound]:
+    """Open shapes in the order they are worth planning: those bounded by their stages' exact
+    optimum first (a bound that tracks what a plan there costs), least bound first; shapes
+    holding only the compute floor (no stage was costed: a tiny bound says little) after."""
+    return sorted(shapes, key=lambda sh: (sh.how != "stage optimum", sh.bound_s))
 
 
 def _refined(

@@ -49,38 +49,9 @@ TENSOR_PREFIX = "tensor:"
 
 
 def op_signature(graph: OpGraph, op: OpSpec) -> tuple:
-    """Everything that determines an op's strategies and costs (not its name or layer index)."""
-    specs = tuple(
-        (t.shape, t.dtype_bytes, t.is_param, t.tied, t.requires_grad)
-        for t in (graph.tensors[n] for n in (*op.inputs, op.output))
-    )
-    readers = tuple(graph.savers(n) for n in op.inputs)  # activation sharing
-    inside = tuple(
-        graph.producer.get(n) is not None
-        and graph.op_by_name[graph.producer[n]].layer == op.layer
-        for n in op.inputs
-    )
-    group = graph.siblings.get(op.name, (op.name,))
-    return (
-        op.kind,
-        op.einsum,
-        specs,
-        readers,
-        inside,
-        op.layer is None,
-        group.index(op.name),
-        len(group),
-        op.fixed,
-        op.stat_letters,
-        op.tp_role,
-        op.flops_factor,
-        op.fwd_flops,
-        op.saves_inputs,
-        op.mask_bytes,
-        op.score_bytes,
-        op.padded,
-        bool(graph.consumers.get(op.output)),
-    )
+    """Everything that determines an op's strategies and costs (not its name or layer index):
+    :attr:`~taps_core.ir.graph.OpGraph.signatures`, computed once per graph."""
+    return graph.signatures[op.name]
 
 
 @dataclass(frozen=True)
