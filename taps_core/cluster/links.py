@@ -107,20 +107,20 @@ class LinkModel:
 
     def groups(self, level: str, q: int) -> list[list[int]]:
         """Rank lists (global GPU ranks, host-major) of every group of the pattern."""
+        return self._group_array(level, q).tolist()
+
+    def _group_array(self, level: str, q: int) -> np.ndarray:
+        """[groups, q] global GPU ranks of every group of the pattern: on ``intra``, blocks of
+        ``q`` GPUs in each host; on ``inter``, blocks of ``q`` hosts per local GPU index."""
         hosts, g = self.mesh_shape
         size = g if level == "intra" else hosts
         if q < 1 or size % q:
             raise ValueError(f"group size {q} does not divide the {level} level ({size})")
-        out = []
         if level == "intra":
-            for h in range(hosts):
-                for start in range(0, g, q):
-                    out.append([h * g + j for j in range(start, start + q)])
-        else:
-            for j in range(g):
-                for start in range(0, hosts, q):
-                    out.append([(start + i) * g + j for i in range(q)])
-        return out
+            return np.arange(hosts * g).reshape(hosts * g // q, q)
+        # [local index j, block, member i] -> (block * q + i) * g + j
+        host = np.arange(hosts).reshape(hosts // q, q)
+        return (host[None, :, :] * g + np.arange(g)[:, None, None]).reshape(-1, q)
 
     def _route(
         self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray
@@ -158,20 +158,16 @@ class LinkModel:
         """Routed cost of every group of size ``q`` on ``level`` communicating at once."""
         key = (level, q, kind)
         if key not in self._cache:
-            src, dst, w = [], [], []
-            for members in self.groups(level, q):
-                for i, a in enumerate(members):
-                    if kind == "ring":
-                        src.append(a)
-                        dst.append(members[(i + 1) % q])
-                        w.append(1.0)
-                    else:
-                        for b in members:
-                            if b != a:
-                                src.append(a)
-                                dst.append(b)
-                                w.append(1.0 / (q - 1))
-            loads, alpha = self._route(np.array(src), np.array(dst), np.array(w))
+            members = self._group_array(level, q)
+            if kind == "ring":  # each rank to its ring neighbour
+                src, dst = members.ravel(), np.roll(members, -1, axis=1).ravel()
+                w = np.ones(len(src))
+            else:  # each rank to every other member, 1/(q-1) each, pairs in (a, b) order
+                a = np.repeat(members, q, axis=1).ravel()
+                b = np.tile(members, (1, q)).ravel()
+                src, dst = a[a != b], b[a != b]
+                w = np.full(len(src), 1.0 / (q - 1))
+            loads, alpha = self._route(src, dst, w)
             beta = float((loads / self.capacity_Bps).max(initial=0.0))
             self._cache[key] = PatternCost(level, q, kind, beta, alpha, loads)
         return self._cache[key]
