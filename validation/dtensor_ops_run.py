@@ -62,7 +62,7 @@ def taps_case(label: str, model: Model, mode: str = "train") -> Case:
     return Case(label, model, plan_to_json(search(graph, topo, mode=mode)))
 
 
-def pipelined_case(model: TinyGPTConfig) -> Case:
+def pipelined_case(label: str, model: Model) -> Case:
     """TAPS's pipeline of ``model`` on the 2 x 2 cluster: 2 stages (one host and one layer
     each), one micro-batch, every stage's per-op plan searched exactly
     (:func:`taps_core.search.pipeline.plan_setting`)."""
@@ -72,10 +72,10 @@ def pipelined_case(model: TinyGPTConfig) -> Case:
     from validation.calibrate import build_topology
 
     topo = build_topology(NODES, RANKS_PER_NODE, FAST)
-    graph = build_graph(config_from_dict(model.engine_config(), name="tiny-gpt2-pipeline"))
+    graph = build_graph(config_from_dict(model.engine_config(), name=f"tiny-{label}"))
     plan = plan_setting(graph, topo, p=NODES, m=1, split=(1,) * NODES)
     assert plan is not None
-    return Case("gpt2-pipeline", model, plan_to_json(plan))
+    return Case(label, model, plan_to_json(plan))
 
 
 def _ways_per_op(name: str) -> tuple[dict, bool]:
@@ -140,13 +140,14 @@ def cases(quick: bool = False) -> list[Case]:
             Case("gpt2-head-dim", untied, variant(base_untied.plan, "head-dim", _head_dim)),
         )),
     ]
-    out.append(pipelined_case(untied))
+    out.append(pipelined_case("gpt2-pipeline", untied))
     out.append(taps_case("gpt2-infer", tied, mode="infer"))
     if quick:  # the pipelined plan runs the flat TAPS plan's paths too, stage by stage
         out.remove(base)
     if has_transformers():
         llama = taps_case("llama-taps", TinyLlamaConfig())
-        out += [llama, taps_case("llama-infer", TinyLlamaConfig(), mode="infer")]
+        out += [llama, taps_case("llama-infer", TinyLlamaConfig(), mode="infer"),
+                pipelined_case("llama-pipeline", TinyLlamaConfig())]
         if not quick:
             out.append(Case("llama-megatron-sp", llama.model,
                             variant(llama.plan, "megatron-sp", _megatron_sp)))
@@ -207,11 +208,12 @@ def _rank(rank: int, world: int, port: int, jobs: list[dict[str, Any]], out_dir:
         dist.destroy_process_group()
 
 
-def _pipelined_step(ns: dict[str, Any], model: Any, cfg: TinyGPTConfig, rank: int,
+def _pipelined_step(ns: dict[str, Any], model: Any, cfg: Model, rank: int,
                     world: int) -> tuple[float, dict[str, Any]]:
-    """One micro-batch through the exported stages of our GPT-2: each stage's ranks run its
-    layers on its own mesh with its placements; the boundary activation goes forward and its
-    gradient back between paired ranks. Returns (loss, gradients of this stage's parameters)."""
+    """One micro-batch through the exported stages (our GPT-2 or HF's Llama): each stage's
+    ranks run the export's ``stage_forward`` on its own mesh with its placements; the boundary
+    activation goes forward and its gradient back between paired ranks. Returns (loss,
+    gradients of this stage's parameters)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor, Replicate
@@ -220,32 +222,33 @@ def _pipelined_step(ns: dict[str, Any], model: Any, cfg: TinyGPTConfig, rank: in
 
     stages = ns["STAGES"]
     per = world // len(stages)
+    # every rank builds every stage's mesh (its process groups are made collectively)
     meshes = [ns["build_mesh"]("cpu", stage=i, first_rank=i * per) for i in range(len(stages))]
     me = rank // per
-    mesh, (first, last) = meshes[me], stages[me]["stage"]["layers"]
+    mesh = meshes[me]
     model = ns["parallelize"](model, mesh, stage=me, src_data_rank=None)
     ids, labels = ns["shard_batch"](mesh, *batch(cfg, 0), stage=me)
-    t = model.transformer
-    shape = (cfg.batch_size, cfg.seq_length, cfg.n_embd)
+    shape = (cfg.batch_size, cfg.seq_length, model.lm_head.in_features)  # (b, s, hidden)
     if me == 0:
-        x = t.wte(ids) + t.wpe(torch.arange(cfg.seq_length))
+        x = ids
     else:
         got = torch.empty(shape)
         dist.recv(got, src=rank - per)
         got.requires_grad_(True)
         x = DTensor.from_local(got, mesh, [Replicate()] * mesh.ndim, run_check=False)
-    for i in range(first, last + 1):
-        x = t.h[i](x)
+    x = ns["stage_forward"](model, x, stage=me)
     if me < len(stages) - 1:
         dist.send(x.full_tensor().detach().contiguous(), dst=rank + per)
         back = torch.empty(shape)
         dist.recv(back, src=rank + per)
         g = DTensor.from_local(back, mesh, [Replicate()] * mesh.ndim, run_check=False)
         x.backward(g.redistribute(mesh, x.placements))
+        if me > 0:  # a middle stage hands its input's gradient on back
+            dist.send(got.grad.contiguous(), dst=rank - per)
         loss = torch.empty(())
         dist.recv(loss, src=world - per + rank % per)
     else:
-        loss = ns["loss_and_backward"](model.lm_head(t.ln_f(x)), labels, mesh, stage=me)
+        loss = ns["loss_and_backward"](x, labels, mesh, stage=me)
         dist.send(got.grad.contiguous(), dst=rank - per)
         for r in range(rank % per, world - per, per):  # every earlier stage's pair learns it
             dist.send(loss.detach().contiguous(), dst=r)
