@@ -1,6 +1,6 @@
 """TAPS's own plans exported as per-op DTensor placements and executed on 4 local gloo ranks:
 same loss and gradients as one process (:mod:`validation.dtensor_ops_run`): our small GPT-2 and
-Hugging Face's LlamaForCausalLM, a pipelined plan stage by stage. About 30 s."""
+Hugging Face's LlamaForCausalLM, a pipelined plan of each stage by stage. About 45 s."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
 def test_taps_plans_run_as_dtensor_with_the_loss_and_gradients_of_one_process():
     from validation.dtensor_ops_run import cases, has_transformers, run
 
-    todo = cases(quick=True)  # `python -m validation.dtensor_ops_run` runs all seven
+    todo = cases(quick=True)  # `python -m validation.dtensor_ops_run` runs all ten
     want = {"gpt2-pipeline", "gpt2-infer"}
     if has_transformers():  # Hugging Face's own LlamaForCausalLM (requirements-validation.txt)
         want |= {"llama-taps", "llama-infer", "llama-pipeline"}

@@ -10,9 +10,11 @@ sequence split across nodes, the head dim split inside a fused projection, Megat
 parallelism on Llama), exports each with :func:`taps_core.export.dtensor_ops.to_dtensor_ops`
 and executes the exported snippet as it is on 4 gloo ranks of this machine
 (torch.multiprocessing, 127.0.0.1: DTensor's collectives, no emulated network needed):
-``build_mesh("cpu")``, ``parallelize(model, mesh)``, ``shard_batch``, ``loss_and_backward``.
-Every rank's loss and full gradients are compared with one process on the whole batch. The
-Llama cases need transformers and are left out without it.
+``build_mesh("cpu")``, ``parallelize(model, mesh)``, ``shard_batch``, ``loss_and_backward``
+(a pipelined plan of either model: every stage on its own mesh through the export's
+``stage_forward``, the boundary activation sent forward and its gradient back). Every rank's
+loss and full gradients are compared with one process on the whole batch. The Llama cases
+need transformers and are left out without it.
 """
 
 from __future__ import annotations
@@ -123,10 +125,11 @@ def has_transformers() -> bool:
 
 
 def cases(quick: bool = False) -> list[Case]:
-    """TAPS's plans of the small GPT-2 and Llama (flat, and the GPT-2's pipelined), plus
+    """TAPS's plans of the small GPT-2 and Llama (flat, inference and pipelined), plus
     hand-made per-op plans of each; ``quick`` (the test command's slice) keeps TAPS's
-    pipelined GPT-2 and TAPS's Llama (the hand-made plans and the flat GPT-2 run by the
-    command; the fused head dim's placements are also checked without torch)."""
+    pipelined GPT-2 and Llama, the inference plans and TAPS's flat Llama (the hand-made plans
+    and the flat GPT-2 run by the command; the fused head dim's placements are also checked
+    without torch)."""
     tied = TinyGPTConfig(attn_implementation="eager")
     untied = replace(tied, tie_word_embeddings=False)
     base, base_untied = taps_case("gpt2-taps", tied), taps_case("gpt2-untied", untied)
