@@ -480,8 +480,9 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
 def _stage_forward_lines(family: str) -> list[str]:
     """``stage_forward(model, x, stage)`` of a pipelined export: one stage's part of the
     forward on the Hugging Face module tree of ``family``. Llama's later stages get no token
-    ids, so their rotary positions and causal mask are made here for the whole sequence (a
-    DTensor's shape is the global one), with the calls LlamaModel.forward makes."""
+    ids, so their rotary positions and causal mask (Mistral's sliding window too) are made here
+    for the whole sequence (a DTensor's shape is the global one), with the calls
+    LlamaModel.forward / MistralModel.forward make."""
     head = [
         "",
         "def stage_forward(model: torch.nn.Module, x, stage: int = 0):",
@@ -495,15 +496,18 @@ def _stage_forward_lines(family: str) -> list[str]:
     ]
     if family in ("llama", "mistral"):
         body = [
-            "    from transformers.masking_utils import create_causal_mask",
+            "    from transformers import masking_utils",
             "",
             "    inner = model.model",
             "    if stage == 0:",
             "        x = inner.embed_tokens(x)",
             "    positions = torch.arange(x.shape[1]).unsqueeze(0)  # the whole sequence",
-            "    mask = create_causal_mask(config=model.config, inputs_embeds=x,",
-            "                              attention_mask=None, cache=None,",
-            "                              position_ids=positions)",
+            "    # Mistral with a sliding window masks as MistralModel does",
+            '    windowed = getattr(model.config, "sliding_window", None) is not None',
+            "    make_mask = (masking_utils.create_sliding_window_causal_mask if windowed",
+            "                 else masking_utils.create_causal_mask)",
+            "    mask = make_mask(config=model.config, inputs_embeds=x, attention_mask=None,",
+            "                     cache=None, position_ids=positions)",
             "    rotary = inner.rotary_emb(x, position_ids=positions)",
             "    for i in layers:",
             "        x = inner.layers[i](x, attention_mask=mask, position_embeddings=rotary,",
