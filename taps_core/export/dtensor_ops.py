@@ -476,7 +476,6 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-
 def _stage_forward_lines(family: str) -> list[str]:
     """``stage_forward(model, x, stage)`` of a pipelined export: one stage's part of the
     forward on the Hugging Face module tree of ``family``. Llama's later stages get no token
