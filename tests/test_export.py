@@ -270,6 +270,29 @@ def test_pipeline_in_deepspeed_and_dtensor() -> None:
     assert first["mesh"]["shape"] == [4]  # 1 host x 4 GPUs, heads 4 ways on one dim
 
 
+def test_dtensor_pipeline_stage_forward_and_its_refusal() -> None:
+    """A pipelined Llama export runs each stage with stage_forward (rotary positions and the
+    causal mask made on a later stage); a stage layout it cannot run is refused in one line."""
+    sizes = [16, 16]
+    llama = make_plan("llama3-8b", 2, 8, megatron_rule(8, 1), micro=4,
+                      pipeline=_pipeline(sizes, 8, 4), stage_of=_stage_of(sizes))
+    out = export_plan(llama, "dtensor")
+    assert "def stage_forward(" in out.python and "create_causal_mask" in out.python
+    assert out.data["family"] == "llama"
+    assert "def stage_forward(" not in export_plan(make_plan("llama3-8b", 1, 8, megatron_rule(
+        8, 1, sp=True)), "dtensor").python  # one stage: the model's own forward
+
+    def head_first(name: str, layer: int | None) -> int:
+        return 0 if name == "lm_head" else _stage_of(sizes)(name, layer)
+
+    moved = make_plan("llama3-8b", 2, 8, megatron_rule(8, 1), micro=4,
+                      pipeline=_pipeline(sizes, 8, 4), stage_of=head_first)
+    with pytest.raises(NotExpressibleError, match=r"^op lm_head is on pipeline stage 0, not the"
+                       r" last stage") as err:
+        export_plan(moved, "dtensor")
+    assert "\n" not in str(err.value)
+
+
 # ---------------------------------------------------------------- DeepSpeed
 
 

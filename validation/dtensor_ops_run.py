@@ -10,9 +10,11 @@ sequence split across nodes, the head dim split inside a fused projection, Megat
 parallelism on Llama), exports each with :func:`taps_core.export.dtensor_ops.to_dtensor_ops`
 and executes the exported snippet as it is on 4 gloo ranks of this machine
 (torch.multiprocessing, 127.0.0.1: DTensor's collectives, no emulated network needed):
-``build_mesh("cpu")``, ``parallelize(model, mesh)``, ``shard_batch``, ``loss_and_backward``.
-Every rank's loss and full gradients are compared with one process on the whole batch. The
-Llama cases need transformers and are left out without it.
+``build_mesh("cpu")``, ``parallelize(model, mesh)``, ``shard_batch``, ``loss_and_backward``
+(a pipelined plan of either model: every stage on its own mesh through the export's
+``stage_forward``, the boundary activation sent forward and its gradient back). Every rank's
+loss and full gradients are compared with one process on the whole batch. The Llama cases
+need transformers and are left out without it.
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ class OpsCheck:
     style: str  # the export's style ("per-op placements" or parallelize_module's)
     loss: float
     ref_loss: float
-    max_abs_err: float
+    max_abs_err: float  # over the loss and every gradient (inference: the logits)
     worst_param: str
     ok: bool
+    grad_err: float = math.nan  # over the gradients alone (inf: one no rank computed)
 
 
 def taps_case(label: str, model: Model, mode: str = "train") -> Case:
@@ -62,7 +65,7 @@ def taps_case(label: str, model: Model, mode: str = "train") -> Case:
     return Case(label, model, plan_to_json(search(graph, topo, mode=mode)))
 
 
-def pipelined_case(model: TinyGPTConfig) -> Case:
+def pipelined_case(label: str, model: Model) -> Case:
     """TAPS's pipeline of ``model`` on the 2 x 2 cluster: 2 stages (one host and one layer
     each), one micro-batch, every stage's per-op plan searched exactly
     (:func:`taps_core.search.pipeline.plan_setting`)."""
@@ -72,10 +75,10 @@ def pipelined_case(model: TinyGPTConfig) -> Case:
     from validation.calibrate import build_topology
 
     topo = build_topology(NODES, RANKS_PER_NODE, FAST)
-    graph = build_graph(config_from_dict(model.engine_config(), name="tiny-gpt2-pipeline"))
+    graph = build_graph(config_from_dict(model.engine_config(), name=f"tiny-{label}"))
     plan = plan_setting(graph, topo, p=NODES, m=1, split=(1,) * NODES)
     assert plan is not None
-    return Case("gpt2-pipeline", model, plan_to_json(plan))
+    return Case(label, model, plan_to_json(plan))
 
 
 def _ways_per_op(name: str) -> tuple[dict, bool]:
@@ -122,10 +125,11 @@ def has_transformers() -> bool:
 
 
 def cases(quick: bool = False) -> list[Case]:
-    """TAPS's plans of the small GPT-2 and Llama (flat, and the GPT-2's pipelined), plus
+    """TAPS's plans of the small GPT-2 and Llama (flat, inference and pipelined), plus
     hand-made per-op plans of each; ``quick`` (the test command's slice) keeps TAPS's
-    pipelined GPT-2 and TAPS's Llama (the hand-made plans and the flat GPT-2 run by the
-    command; the fused head dim's placements are also checked without torch)."""
+    pipelined GPT-2 and Llama, the inference plans and TAPS's flat Llama (the hand-made plans
+    and the flat GPT-2 run by the command; the fused head dim's placements are also checked
+    without torch)."""
     tied = TinyGPTConfig(attn_implementation="eager")
     untied = replace(tied, tie_word_embeddings=False)
     base, base_untied = taps_case("gpt2-taps", tied), taps_case("gpt2-untied", untied)
@@ -140,13 +144,14 @@ def cases(quick: bool = False) -> list[Case]:
             Case("gpt2-head-dim", untied, variant(base_untied.plan, "head-dim", _head_dim)),
         )),
     ]
-    out.append(pipelined_case(untied))
+    out.append(pipelined_case("gpt2-pipeline", untied))
     out.append(taps_case("gpt2-infer", tied, mode="infer"))
     if quick:  # the pipelined plan runs the flat TAPS plan's paths too, stage by stage
         out.remove(base)
     if has_transformers():
         llama = taps_case("llama-taps", TinyLlamaConfig())
-        out += [llama, taps_case("llama-infer", TinyLlamaConfig(), mode="infer")]
+        out += [llama, taps_case("llama-infer", TinyLlamaConfig(), mode="infer"),
+                pipelined_case("llama-pipeline", TinyLlamaConfig())]
         if not quick:
             out.append(Case("llama-megatron-sp", llama.model,
                             variant(llama.plan, "megatron-sp", _megatron_sp)))
@@ -207,11 +212,12 @@ def _rank(rank: int, world: int, port: int, jobs: list[dict[str, Any]], out_dir:
         dist.destroy_process_group()
 
 
-def _pipelined_step(ns: dict[str, Any], model: Any, cfg: TinyGPTConfig, rank: int,
+def _pipelined_step(ns: dict[str, Any], model: Any, cfg: Model, rank: int,
                     world: int) -> tuple[float, dict[str, Any]]:
-    """One micro-batch through the exported stages of our GPT-2: each stage's ranks run its
-    layers on its own mesh with its placements; the boundary activation goes forward and its
-    gradient back between paired ranks. Returns (loss, gradients of this stage's parameters)."""
+    """One micro-batch through the exported stages (our GPT-2 or HF's Llama): each stage's
+    ranks run the export's ``stage_forward`` on its own mesh with its placements; the boundary
+    activation goes forward and its gradient back between paired ranks. Returns (loss,
+    gradients of this stage's parameters)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor, Replicate
@@ -220,32 +226,33 @@ def _pipelined_step(ns: dict[str, Any], model: Any, cfg: TinyGPTConfig, rank: in
 
     stages = ns["STAGES"]
     per = world // len(stages)
+    # every rank builds every stage's mesh (its process groups are made collectively)
     meshes = [ns["build_mesh"]("cpu", stage=i, first_rank=i * per) for i in range(len(stages))]
     me = rank // per
-    mesh, (first, last) = meshes[me], stages[me]["stage"]["layers"]
+    mesh = meshes[me]
     model = ns["parallelize"](model, mesh, stage=me, src_data_rank=None)
     ids, labels = ns["shard_batch"](mesh, *batch(cfg, 0), stage=me)
-    t = model.transformer
-    shape = (cfg.batch_size, cfg.seq_length, cfg.n_embd)
+    shape = (cfg.batch_size, cfg.seq_length, model.lm_head.in_features)  # (b, s, hidden)
     if me == 0:
-        x = t.wte(ids) + t.wpe(torch.arange(cfg.seq_length))
+        x = ids
     else:
         got = torch.empty(shape)
         dist.recv(got, src=rank - per)
         got.requires_grad_(True)
         x = DTensor.from_local(got, mesh, [Replicate()] * mesh.ndim, run_check=False)
-    for i in range(first, last + 1):
-        x = t.h[i](x)
+    x = ns["stage_forward"](model, x, stage=me)
     if me < len(stages) - 1:
         dist.send(x.full_tensor().detach().contiguous(), dst=rank + per)
         back = torch.empty(shape)
         dist.recv(back, src=rank + per)
         g = DTensor.from_local(back, mesh, [Replicate()] * mesh.ndim, run_check=False)
         x.backward(g.redistribute(mesh, x.placements))
+        if me > 0:  # a middle stage hands its input's gradient on back
+            dist.send(got.grad.contiguous(), dst=rank - per)
         loss = torch.empty(())
         dist.recv(loss, src=world - per + rank % per)
     else:
-        loss = ns["loss_and_backward"](model.lm_head(t.ln_f(x)), labels, mesh, stage=me)
+        loss = ns["loss_and_backward"](x, labels, mesh, stage=me)
         dist.send(got.grad.contiguous(), dst=rank - per)
         for r in range(rank % per, world - per, per):  # every earlier stage's pair learns it
             dist.send(loss.detach().contiguous(), dst=r)
@@ -347,25 +354,25 @@ def run(selected: list[Case] | None = None) -> list[OpsCheck]:
             ref_loss.backward()
             ref_loss = ref_loss.detach()
             want = {n: p.grad for n, p in ref.named_parameters()}
-            worst, err, loss = "", 0.0, float("nan")
+            worst, grad_err, loss_err, loss = "", 0.0, 0.0, float("nan")
             seen: set[str] = set()
             for r in range(world):
                 got = torch.load(Path(out_dir) / f"{c.label}-rank{r}.pt", weights_only=True)
                 loss = got["loss"]
-                err_loss = abs(loss - float(ref_loss))
-                if err_loss > err:
-                    worst, err = "loss", err_loss
+                loss_err = max(loss_err, abs(loss - float(ref_loss)))
                 for n, g in got["grads"].items():
                     seen.add(n)
                     e = float((g - want[n]).abs().max())
-                    if e > err:
-                        worst, err = n, e
+                    if e > grad_err:
+                        worst, grad_err = n, e
             missing = sorted(set(want) - seen)
             if missing:  # a gradient no rank computed: not run as planned
-                worst, err = f"no gradient for {missing[0]}", math.inf
+                worst, grad_err = f"no gradient for {missing[0]}", math.inf
+            err = max(grad_err, loss_err)
             scale = max(float(g.abs().max()) for g in want.values())
             checks.append(OpsCheck(c.label, exported[c.label][1]["style"], loss, float(ref_loss),
-                                   err, worst, err <= ATOL + RTOL * scale))
+                                   err, "loss" if loss_err > grad_err else worst,
+                                   err <= ATOL + RTOL * scale, grad_err))
     return checks
 
 
@@ -398,10 +405,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     checks = run()
     for c in checks:
-        what = "inference: logits" if math.isnan(c.loss) else (
-            f"loss {c.loss:.6f} (one process {c.ref_loss:.6f}), max gradient")
-        print(f"{c.label:22} {what} error {c.max_abs_err:.2e} ({c.worst_param}): "
-              f"{'ok' if c.ok else 'MISMATCH'}")
+        what = f"inference: logits error {c.max_abs_err:.2e}" if math.isnan(c.loss) else (
+            f"loss {c.loss:.6f} (one process {c.ref_loss:.6f}, error "
+            f"{abs(c.loss - c.ref_loss):.2e}), max gradient error {c.grad_err:.2e}")
+        print(f"{c.label:22} {what} (worst: {c.worst_param}): {'ok' if c.ok else 'MISMATCH'}")
     return 0 if all(c.ok for c in checks) else 1
 
 

@@ -223,6 +223,8 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
             f"the per-op DTensor export knows the module trees of {', '.join(GPT_FAMILIES)}, "
             f"not {wl.family}"
         )
+    if view.pipeline is not None:
+        _check_stage_ends(view)
     notes = [workload_note(wl), f"parallelize_module's styles cannot hold this plan "
              f"({why_not_styles}): every parameter and module input is placed per op instead"]
     stages = []
@@ -257,8 +259,12 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
                   for name, letters in lost.items()]
     if view.pipeline is not None:
         notes.append(f"{len(stages)} pipeline stages: parallelize(model, mesh, stage=i) places "
-                     "stage i's layers on its own mesh of its hosts; split the model into "
-                     "stages with torch.distributed.pipelining")
+                     "stage i's layers on its own mesh of its hosts and stage_forward(model, x, "
+                     "stage=i) runs them (the first stage embeds, the last one gives logits); "
+                     "schedule the stages with torch.distributed.pipelining")
+        if wl.config.tie_word_embeddings:
+            notes.append("the tied embedding and LM head weight is on the first and the last "
+                         "stage: add its two gradients across them before the optimizer step")
     if view.zero_stage:
         notes.append(f"ZeRO-{view.zero_stage} is not applied by these placements: wrap the "
                      "model with torch.distributed.fsdp.fully_shard over the batch's mesh dims")
@@ -268,6 +274,7 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
     data: dict[str, Any] = {
         "format": "dtensor",
         "style": "per-op placements",
+        "family": wl.family,
         "source": {"label": view.label, "model": view.model_name, "topology": view.topology,
                    "mode": view.mode},
         "stages": stages,
@@ -313,6 +320,33 @@ def _place(
             if op.partial and reader is not None:  # partial sums reduced into the reader's split
                 outputs[path] = placements(_BSM, letter_dims(reader, dims), len(dims))[0]
     return params, inputs, outputs, lost
+
+
+_FIRST_STAGE_OPS = frozenset({"embed", "embed_pos"})
+_LAST_STAGE_OPS = frozenset({"ln_f", "lm_head", "loss"})
+
+
+def _check_stage_ends(view: PlanView) -> None:
+    """Refuse a pipeline whose stages ``stage_forward`` cannot run as planned: the embeddings
+    on the first stage, the final norm, LM head and loss on the last one, and every layer's ops
+    on the stage that holds that layer (its ``layers`` range)."""
+    stages = view.pipeline.stages
+    for op in view.ops:
+        if op.name in _FIRST_STAGE_OPS:
+            want, where = 0, "the first stage"
+        elif op.name in _LAST_STAGE_OPS:
+            want, where = len(stages) - 1, "the last stage"
+        elif op.layer is not None:
+            want = next((st.index for st in stages if st.holds(op.layer)), None)
+            where = f"the stage that holds layer {op.layer}"
+        else:
+            continue
+        if op.stage != want:
+            raise NotExpressibleError(
+                f"op {op.name} is on pipeline stage {op.stage}, not {where}: the per-op DTensor "
+                "export runs a stage as the embedding, a range of whole layers, then the final "
+                "norm and LM head"
+            )
 
 
 def _residual_readers(wl: Workload) -> dict[str, str]:
@@ -437,4 +471,56 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
         "    return loss.full_tensor()",
         "",
     ]
+    if any("stage" in st for st in stages):
+        lines += _stage_forward_lines(data["family"])
     return "\n".join(lines)
+
+
+def _stage_forward_lines(family: str) -> list[str]:
+    """``stage_forward(model, x, stage)`` of a pipelined export: one stage's part of the
+    forward on the Hugging Face module tree of ``family``. Llama's later stages get no token
+    ids, so their rotary positions and causal mask (Mistral's sliding window too) are made here
+    for the whole sequence (a DTensor's shape is the global one), with the calls
+    LlamaModel.forward / MistralModel.forward make."""
+    head = [
+        "",
+        "def stage_forward(model: torch.nn.Module, x, stage: int = 0):",
+        "    \"\"\"Stage `stage`'s part of the forward, after parallelize(model, mesh, stage):",
+        "    the first stage embeds the token ids x (from shard_batch), a later one takes the",
+        "    previous stage's (b, s, hidden) output x as a DTensor on its own mesh; then the",
+        "    stage's layers; the last stage returns the logits of the final norm and LM",
+        "    head.\"\"\"",
+        '    first, last = STAGES[stage]["stage"]["layers"]',
+        "    layers = range(first, last + 1) if first is not None else ()",
+    ]
+    if family in ("llama", "mistral"):
+        body = [
+            "    from transformers import masking_utils",
+            "",
+            "    inner = model.model",
+            "    if stage == 0:",
+            "        x = inner.embed_tokens(x)",
+            "    positions = torch.arange(x.shape[1]).unsqueeze(0)  # the whole sequence",
+            "    # Mistral with a sliding window masks as MistralModel does",
+            '    windowed = getattr(model.config, "sliding_window", None) is not None',
+            "    make_mask = (masking_utils.create_sliding_window_causal_mask if windowed",
+            "                 else masking_utils.create_causal_mask)",
+            "    mask = make_mask(config=model.config, inputs_embeds=x, attention_mask=None,",
+            "                     cache=None, position_ids=positions)",
+            "    rotary = inner.rotary_emb(x, position_ids=positions)",
+            "    for i in layers:",
+            "        x = inner.layers[i](x, attention_mask=mask, position_embeddings=rotary,",
+            "                            position_ids=positions)",
+        ]
+        tail = "inner.norm"
+    else:  # GPT-2 / GPT-3 blocks (causal inside) take the hidden states alone
+        body = [
+            "    t = model.transformer",
+            "    if stage == 0:",
+            "        x = t.wte(x) + t.wpe(torch.arange(x.shape[1]))",
+            "    for i in layers:",
+            "        x = t.h[i](x)",
+        ]
+        tail = "t.ln_f"
+    return [*head, *body, "    if stage == len(STAGES) - 1:",
+            f"        x = model.lm_head({tail}(x))", "    return x", ""]
