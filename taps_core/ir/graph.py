@@ -164,8 +164,20 @@ class OpGraph:
                     g.add_edge(self.producer[t], op.name, tensor=t)
         return g
 
+    @cached_property
+    def _per_op(self) -> dict[tuple[str, str], object]:
+        """Memo of the per-op questions below (asked once per strategy by the cost tables)."""
+        return {}
+
     def dim_sizes(self, op: OpSpec) -> dict[str, int]:
-        """Letter -> size for one op; a letter's size is the smallest over the tensors using it."""
+        """Letter -> size for one op; a letter's size is the smallest over the tensors using it.
+        Computed once per op (the dict is shared: read it, do not change it)."""
+        key = ("sizes", op.name)
+        if key not in self._per_op:
+            self._per_op[key] = self._dim_sizes(op)
+        return self._per_op[key]  # type: ignore[return-value]
+
+    def _dim_sizes(self, op: OpSpec) -> dict[str, int]:
         sizes: dict[str, int] = {}
         for letters, tname in zip((*op.input_letters, op.output_letters), (*op.inputs, op.output)):
             for ch, n in zip(letters, self.tensors[tname].shape):
@@ -173,7 +185,14 @@ class OpGraph:
         return sizes
 
     def flops(self, op: OpSpec) -> float:
-        """Forward FLOPs of one op (matmul-like: factor x product of every letter's size)."""
+        """Forward FLOPs of one op (matmul-like: factor x product of every letter's size),
+        computed once per op."""
+        key = ("flops", op.name)
+        if key not in self._per_op:
+            self._per_op[key] = self._flops(op)
+        return self._per_op[key]  # type: ignore[return-value]
+
+    def _flops(self, op: OpSpec) -> float:
         if op.fwd_flops is not None:
             return op.fwd_flops
         if op.kind in MEMORY_BOUND_KINDS:

@@ -548,27 +548,40 @@ def tied_exchange_seconds(
                send_seconds(links, last, first, held_bytes * gpus)[0])
 
 
+def tied_exchange_extra(
+    problem: SearchProblem, micro: OpGraph, links: LinkModel, hosts: int, p: int
+) -> tuple[str, np.ndarray] | None:
+    """The node of ``problem`` holding the op that reads the tied weight after the layers, and
+    the seconds per strategy of the tied gradient's exchange its shard makes
+    (:func:`tied_exchange_seconds`, as the last of ``p`` stages of ``hosts`` hosts pays it);
+    None without a tied weight there."""
+    end = max(i for i, op in enumerate(micro.ops) if op.layer is not None)
+    head = tied_head(micro, {op.name for op in micro.ops[end + 1:]})
+    if head is None:
+        return None
+    op, pos = head
+    node = next((n for n, names in problem.members.items() if op.name in names), None)
+    if node is None:
+        return None
+    first, last = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
+    return node, np.array([
+        tied_exchange_seconds(links, first, last, tied_held_bytes(micro, op, pos, st))
+        for st in problem.strategies[node]
+    ])
+
+
 def with_tied_exchange(
     problem: SearchProblem, micro: OpGraph, links: LinkModel, hosts: int, p: int
 ) -> SearchProblem:
     """``problem`` with the op reading the tied weight after the layers priced with the tied
-    gradient's exchange its shard makes (:func:`tied_exchange_seconds`, as the last of ``p``
-    stages of ``hosts`` hosts pays it); ``problem`` itself without a tied weight there."""
-    end = max(i for i, op in enumerate(micro.ops) if op.layer is not None)
-    head = tied_head(micro, {op.name for op in micro.ops[end + 1:]})
-    if head is None:
+    gradient's exchange its shard makes (:func:`tied_exchange_extra`); ``problem`` itself
+    without a tied weight there."""
+    found = tied_exchange_extra(problem, micro, links, hosts, p)
+    if found is None:
         return problem
-    op, pos = head
-    node = next((n for n, names in problem.members.items() if op.name in names), None)
-    if node is None:
-        return problem
-    first, last = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
-    extra = np.array([
-        tied_exchange_seconds(links, first, last, tied_held_bytes(micro, op, pos, st))
-        for st in problem.strategies[node]
-    ])[:, None]
+    node, extra = found
     times = dict(problem.option_time)
-    times[node] = {rc: t + extra for rc, t in problem.option_time[node].items()}
+    times[node] = {rc: t + extra[:, None] for rc, t in problem.option_time[node].items()}
     return replace(problem, option_time=times)
 
 

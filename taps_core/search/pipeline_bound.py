@@ -51,6 +51,7 @@ from taps_core.search.pipeline import (
     valid_microbatches,
     with_tied_exchange,
 )
+from taps_core.search.pipeline_dual import dual_bound
 from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
 
 MAX_STAGE_SOLVES = 24  # shapes given the exact stage bound; the rest keep the compute bound
@@ -67,6 +68,7 @@ class ShapeBound:
     microbatches: int
     bound_s: float
     how: str
+    split: tuple[int, ...] | None = None  # layers per stage where the bound is least, if known
 
 
 @dataclass(frozen=True)
@@ -135,8 +137,14 @@ def pipeline_bounds(
         if i >= max_stage_solves:
             found.append(ShapeBound(p, m, cheap, "compute floor"))
             continue
-        bound = stage_bound(graph, topology, links, p, m, space, cutoff_s, limit)
-        found.append(ShapeBound(p, m, max(cheap, bound), "stage optimum"))
+        bound, memory_bound = stage_bound_detail(graph, topology, links, p, m, space,
+                                                 cutoff_s, limit)
+        split = None
+        if bound < cutoff_s * (1 - 1e-9) and not memory_bound:
+            # memory does not bind: the multipliers' bound charges pacing and sync together
+            dual = dual_bound(graph, links, p, m, space)
+            bound, split = max(bound, dual.bound_s), dual.split
+        found.append(ShapeBound(p, m, max(cheap, bound), "stage optimum", split))
     found.sort(key=lambda s: (s.stages, s.microbatches))
     return PipelineBounds(tuple(found), cutoff_s)
 
@@ -151,8 +159,23 @@ def stage_bound(
     cutoff_s: float = math.inf,
     memory_limit_bytes: float = math.inf,
 ) -> float:
-    """The proven bound (seconds) on every plan of ``p`` stages x ``m`` micro-batches whose
-    stages fit ``memory_limit_bytes`` per GPU.
+    """The proven bound (seconds) of :func:`stage_bound_detail`."""
+    return stage_bound_detail(graph, topology, links, p, m, space, cutoff_s,
+                              memory_limit_bytes)[0]
+
+
+def stage_bound_detail(
+    graph: OpGraph,
+    topology: Topology,
+    links: LinkModel,
+    p: int,
+    m: int,
+    space: SearchSpace = SearchSpace(),
+    cutoff_s: float = math.inf,
+    memory_limit_bytes: float = math.inf,
+) -> tuple[float, bool]:
+    """(bound, whether memory raised it): the proven bound (seconds) on every plan of ``p``
+    stages x ``m`` micro-batches whose stages fit ``memory_limit_bytes`` per GPU.
 
     Every stage ``s`` paces the step from below (module doc): ``step >= g_s(k_s)`` with
     ``g_s(k) = T_s(k) + m * send_s + (floor of the other stages) / m + their sends``, where
@@ -228,7 +251,7 @@ def stage_bound(
         for extra in [(head_s if s == 0 else 0.0) + (tail_s if s == p - 1 else 0.0)]
     )
     if quick >= cutoff_s:
-        return quick
+        return quick, False
     ks = np.arange(1, layers - p + 2, dtype=float)
     mid = np.where(ks >= k0, t_mid + (ks - k0) * grow_s, lone_s + (ks - 1) * grow_s)
 
@@ -255,11 +278,12 @@ def stage_bound(
 
     bound = split_bound()
     if bound >= cutoff_s or not math.isfinite(memory_limit_bytes):
-        return max(quick, bound)
+        return max(quick, bound), False
     fitting = _fitting_stage_rows(problem, paid, side, p, m, memory_limit_bytes, ks, k0, first,
                                   grow_s)
     t_rows = [np.maximum(t, f) for t, f in zip(t_rows, fitting)]
-    return max(quick, split_bound())
+    fitted = split_bound()
+    return max(quick, fitted), fitted > bound
 
 
 def _fitting_stage_rows(

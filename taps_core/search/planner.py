@@ -245,7 +245,8 @@ def _refined(
     label: str,
 ) -> Plan:
     """The fastest of ``plan`` and the pipelines of ``shapes`` (each with the layer splits
-    :func:`~taps_core.search.pipeline.candidate_splits` gives, every stage searched exactly)."""
+    :func:`~taps_core.search.pipeline.candidate_splits` gives and the one where the shape's
+    bound is least, every stage searched exactly)."""
     best = plan
     span = layer_range(graph)
     if span is None:
@@ -253,7 +254,8 @@ def _refined(
     for shape in shapes:
         if shape.bound_s >= best.total_time_s * (1 - 1e-9):
             continue
-        for split in candidate_splits(span[1] - span[0] + 1, shape.stages):
+        splits = candidate_splits(span[1] - span[0] + 1, shape.stages)
+        for split in dict.fromkeys([*splits, *([shape.split] if shape.split else [])]):
             piped = plan_setting(
                 graph, topology, p=shape.stages, m=shape.microbatches, split=split,
                 memory_limit_bytes=memory_limit_bytes, space=space, links=links,

@@ -184,6 +184,32 @@ class SearchProblem:
         return replace(self, option_time=times, option_memory=mems, option_zero=zeros,
                        edges=edges, activation_bytes={})
 
+    def sync_time(self, node: str) -> np.ndarray:
+        """Seconds of the node's weight phases (gradient sync, ZeRO gathers) per strategy and
+        option, [strategies, options]: its time minus ``own_time`` (0 for tensor nodes and
+        absent options)."""
+        t = self.option_time[node][False]
+        if node not in self.own_time:
+            return np.zeros_like(t)
+        return np.where(np.isfinite(t), t - self.own_time[node][:, None], 0.0)
+
+    def reweighted(self, own_weight: float, sync_weight: float) -> SearchProblem:
+        """The problem at ``own_weight x (time without weight phases) + sync_weight x (weight
+        phases)``, memory unchanged: what a pipeline stage costs when its per-micro-batch work
+        and its once-per-step gradient sync count differently in the step (the 1F1B bound's
+        multipliers, :mod:`taps_core.search.pipeline_dual`)."""
+        times: dict[str, dict[bool, np.ndarray]] = {}
+        for n, by_rc in self.option_time.items():
+            sync = self.sync_time(n)
+            times[n] = {
+                rc: np.where(np.isfinite(t), own_weight * (t - sync) + sync_weight * sync,
+                             np.inf)
+                for rc, t in by_rc.items()
+            }
+        edges = [Edge(e.u, e.v, own_weight * e.keep, own_weight * e.recompute)
+                 for e in self.edges]
+        return replace(self, option_time=times, edges=edges)
+
     def min_memory(self, node: str) -> float:
         """Least memory this node can hold under any strategy, option and variant (bytes)."""
         return float(min(np.min(m) for m in self.option_memory[node].values()))
