@@ -112,8 +112,22 @@ def test_optimal_only_when_every_shape_is_bounded_above_the_plan():
     assert "none can beat it" in proven.search.note
 
 
-def test_open_shapes_are_named_and_their_bound_certified():
+def test_the_multipliers_bound_proves_a_small_gpt_optimal_over_every_shape():
+    """gpt2 with 4 layers on 2 DGX hosts: the shapes the corner bound leaves open (2 stages x
+    2 micro-batches) are closed by the multipliers' bound, and no pipeline of any split beats
+    the plan."""
     graph = _graph("gpt2", num_hidden_layers=4, batch_size=16, seq_length=256)
+    topo = preset("dgx-a100:2")
+    plan = search(graph, topo, prove_stages=True)
+    assert plan.search.status == "optimal" and "none can beat it" in plan.search.note
+    for m in (1, 2, 4, 8, 16):
+        for split in _splits(4, 2):
+            piped = plan_setting(graph, topo, p=2, m=m, split=split)
+            assert piped.total_time_s >= plan.total_time_s * (1 - 1e-9), (m, split)
+
+
+def test_open_shapes_are_named_and_their_bound_certified():
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=32, seq_length=256)
     topo = preset("dgx-a100:2")
     plain = search(graph, topo)
     plan = search(graph, topo, prove_stages=True)

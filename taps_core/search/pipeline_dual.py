@@ -165,7 +165,9 @@ def _weighted(
     total = np.full(layers + 1, np.inf)
     for big in range(n, layers - 1):
         q, rest = divmod(big, n)
-        total[big] = (n - rest) * mid[q - 1] + rest * (mid[q] if q < len(mid) else np.inf)
+        if rest and q >= len(mid):
+            continue  # some middle stage would take more layers than any stage can
+        total[big] = (n - rest) * mid[q - 1] + (rest * mid[q] if rest else 0.0)
     best = math.inf
     for kf in range(1, layers - n):
         kl = np.arange(1, layers - n - kf + 1)
