@@ -24,7 +24,6 @@ import numpy as np
 from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import CommCost, Phase
 from taps_core.costs.ops import (
-    OpCost,
     gathered_bytes,
     op_cost,
     weight_memory,
@@ -86,7 +85,6 @@ class SearchProblem:
     option_zero: dict[str, tuple[int, ...]]
     edges: list[Edge]
     layer: dict[str, int | None]
-    op_costs: dict[str, list[list[OpCost]]] = field(default_factory=dict)
     # per op node and strategy: seconds without weight phases (gradient sync, ZeRO gathers),
     # no recomputation: what the node costs at least under any of its options
     own_time: dict[str, np.ndarray] = field(default_factory=dict)
@@ -152,7 +150,7 @@ class SearchProblem:
             layouts=only(self.layouts), option_time=only(self.option_time),
             option_memory=only(self.option_memory), option_zero=only(self.option_zero),
             edges=[e for e in self.edges if e.u in keep and e.v in keep],
-            layer=only(self.layer), op_costs=only(self.op_costs), own_time=only(self.own_time),
+            layer=only(self.layer), own_time=only(self.own_time),
             activation_bytes=only(self.activation_bytes),
         )
 
@@ -237,7 +235,6 @@ class SearchProblem:
 class _OpTables:
     """Per-strategy quantities of one op, reused by every op with the same signature."""
 
-    costs: list[OpCost]
     compute: np.ndarray  # one forward pass, seconds
     fwd: np.ndarray  # in-op collectives of one forward, seconds
     bwd: np.ndarray
@@ -284,7 +281,6 @@ def _op_tables(
                 m += dm
             wt[i, j], wm[i, j] = t, m + share * gathered_bytes(c, mode, z)
     return _OpTables(
-        costs,
         np.array([c.compute_fwd_s for c in costs]),
         np.array([sum(seconds(p) for _, p in c.fwd) for c in costs]),
         np.array([sum(seconds(p) for _, p in c.bwd) for c in costs]),
@@ -347,9 +343,9 @@ def _group_options(
     activation_copies: int,
 ) -> tuple:
     """One search node's options: (strategies, time s and memory bytes per option by
-    recomputation, ZeRO stages of the columns, per-op costs, each strategy's time without
-    gradient sync and ZeRO gathers, kept activation bytes of one micro-batch by recomputation),
-    per step of ``k`` micro-batches."""
+    recomputation, ZeRO stages of the columns, each strategy's time without gradient sync and
+    ZeRO gathers, kept activation bytes of one micro-batch by recomputation), per step of
+    ``k`` micro-batches."""
     train = mode == "train"
     stages = (0, 1, 2, 3) if train else (0, 3)
     strats = _group_strategies(graph, ops, mesh, space, allow)
@@ -380,7 +376,7 @@ def _group_options(
         mems[rc] = (act + fixed)[:, None] + wm
     if not train:
         times[True], mems[True], per_copy[True] = times[False], mems[False], per_copy[False]
-    return strats, times, mems, zeros, [t.costs for t in tabs], own, per_copy
+    return strats, times, mems, zeros, own, per_copy
 
 
 def build_problem(
@@ -408,7 +404,6 @@ def build_problem(
     option_memory: dict[str, dict[bool, np.ndarray]] = {}
     option_zero: dict[str, tuple[int, ...]] = {}
     layer: dict[str, int | None] = {}
-    op_costs: dict[str, list[list[OpCost]]] = {}
     own_time: dict[str, np.ndarray] = {}
     activation: dict[str, dict[bool, np.ndarray]] = {}
     memo: dict[tuple, tuple] = {}
@@ -419,7 +414,7 @@ def build_problem(
             memo[sig] = _group_options(
                 graph, ops, mesh, topology, mode, comm, space, allow, k, activation_copies
             )
-        strats, times, mems, zeros, costs, own, per_copy = memo[sig]
+        strats, times, mems, zeros, own, per_copy = memo[sig]
         own_time[node] = own
         strategies[node] = strats
         lay = ops[0].layer
@@ -430,7 +425,6 @@ def build_problem(
         option_memory[node] = mems if layered else {False: mems[False], True: mems[False]}
         option_zero[node] = zeros
         layer[node] = lay
-        op_costs[node] = costs
     layouts: dict[str, list[Layout]] = {}
     edges: list[Edge] = []
     emit_memo: dict[tuple, tuple[list[Layout], np.ndarray]] = {}
@@ -493,7 +487,6 @@ def build_problem(
         {n: option_zero[n] for n in ordered},
         edges,
         {n: layer[n] for n in ordered},
-        op_costs,
         own_time,
         activation,
         activation_copies,
