@@ -102,12 +102,16 @@ class Strategy:
         return math.prod(f for lv in LEVELS for _, f in self.level(lv))
 
     def layout(self, letters: str) -> Layout:
-        """Per-level split factor of each position of a tensor indexed by ``letters``."""
-        return (
-            tuple(self.factor(ch, "inter") for ch in letters),
-            tuple(self.factor(ch, "intra") for ch in letters),
-            NO_PARTIAL,
-        )
+        """Per-level split factor of each position of a tensor indexed by ``letters``
+        (memoised per strategy, like :meth:`split_ways`)."""
+        found = self._products.get(("layout", letters))
+        if found is None:
+            found = self._products[("layout", letters)] = (
+                tuple(self.factor(ch, "inter") for ch in letters),
+                tuple(self.factor(ch, "intra") for ch in letters),
+                NO_PARTIAL,
+            )
+        return found
 
     def partial(self, letters: frozenset[str] | set[str]) -> tuple[int, int]:
         """(inter, intra) ways the given (contracted) letters are split: the partial-sum group."""
@@ -214,15 +218,25 @@ def pad_factor(graph: OpGraph, op: OpSpec, s: Strategy, letters: str) -> float:
 
 def grad_partial(op: OpSpec, pos: int, s: Strategy) -> tuple[int, int]:
     """(inter, intra) ways the gradient of input ``pos`` is a partial sum under ``s``."""
+    absent = _absent(op, pos)
+    return (1, 1) if absent is None else s.partial(absent)
+
+
+def _absent(op: OpSpec, pos: int) -> frozenset[str] | None:
+    """The letters input ``pos``'s gradient is summed over (None for a MoE reshuffle, whose
+    gradient is never partial)."""
     if op.kind in MOE_KINDS:
-        return (1, 1)
-    absent = set(op.letters) - set(op.input_letters[pos]) - op.fixed
-    return s.partial(absent)
+        return None
+    return frozenset(set(op.letters) - set(op.input_letters[pos]) - op.fixed)
 
 
 def reader_layouts(op: OpSpec, pos: int, strats: list[Strategy]) -> tuple[list, list]:
     """(layout each strategy reads input ``pos`` in, layout of its gradient with partials)."""
     letters = op.input_letters[pos]
+    absent = _absent(op, pos)
     wanted = [s.layout(letters) for s in strats]
-    grads = [(w[0], w[1], grad_partial(op, pos, s)) for w, s in zip(wanted, strats)]
+    grads = [
+        (w[0], w[1], (1, 1) if absent is None else s.partial(absent))
+        for w, s in zip(wanted, strats)
+    ]
     return wanted, grads
