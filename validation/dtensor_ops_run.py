@@ -197,6 +197,7 @@ def _rank(rank: int, world: int, port: int, jobs: list[dict[str, Any]], out_dir:
                 continue
             mesh = ns["build_mesh"]("cpu")
             model = ns["parallelize"](model, mesh, src_data_rank=None)  # weights seeded alike
+            _check_placed(ns, model, 0)
             ids, labels = ns["shard_batch"](mesh, *batch(cfg, 0))
             if job["mode"] == "infer":  # a forward pass: the logits, gathered
                 with torch.no_grad():
@@ -228,9 +229,12 @@ def _pipelined_step(ns: dict[str, Any], model: Any, cfg: Model, rank: int,
     per = world // len(stages)
     # every rank builds every stage's mesh (its process groups are made collectively)
     meshes = [ns["build_mesh"]("cpu", stage=i, first_rank=i * per) for i in range(len(stages))]
+    sync = ns.get("sync_tied_grads")  # a tied weight on the first and the last stage
+    group = ns["tied_grad_group"]() if sync else None  # collective: every rank makes them
     me = rank // per
     mesh = meshes[me]
     model = ns["parallelize"](model, mesh, stage=me, src_data_rank=None)
+    _check_placed(ns, model, me)
     ids, labels = ns["shard_batch"](mesh, *batch(cfg, 0), stage=me)
     shape = (cfg.batch_size, cfg.seq_length, model.lm_head.in_features)  # (b, s, hidden)
     if me == 0:
@@ -256,8 +260,19 @@ def _pipelined_step(ns: dict[str, Any], model: Any, cfg: Model, rank: int,
         dist.send(got.grad.contiguous(), dst=rank - per)
         for r in range(rank % per, world - per, per):  # every earlier stage's pair learns it
             dist.send(loss.detach().contiguous(), dst=r)
+    if sync:  # the embedding's and the LM head's gradients added, as the export says to
+        sync(model, mesh, me, group)
     grads = {n: p.grad.full_tensor() for n, p in model.named_parameters() if p.grad is not None}
     return float(loss), grads
+
+
+def _check_placed(ns: dict[str, Any], model: Any, stage: int) -> None:
+    """AssertionError unless every parameter the export's ``STAGES[stage]`` places has those
+    placements after ``parallelize`` (a tied weight by the name this stage gives it)."""
+    want = ns["STAGES"][stage]["params"]
+    wrong = [n for n, codes in want.items()
+             if tuple(model.get_parameter(n).placements) != tuple(ns["_placements"](codes))]
+    assert not wrong, f"stage {stage}: {wrong[0]} not placed as {want[wrong[0]]}"
 
 
 def build_model(family: str, fields: dict[str, Any]) -> tuple[Model, Any]:
@@ -318,8 +333,16 @@ def _launch(jobs: list[dict[str, Any]], world: int, out_dir: str) -> None:
     if failed:
         for q in procs:
             q.kill()
-        r, tail = failed[0]
+        r, tail = _cause(failed)
         raise RuntimeError(f"rank {r} failed: {' | '.join(tail)}")
+
+
+def _cause(failed: list[tuple[int, list[str]]]) -> tuple[int, list[str]]:
+    """The failed rank (rank, last lines) whose error is its own: the first one that did not
+    merely lose a peer (when one rank fails, its peers' collectives fail after it)."""
+    lost = ("Connection closed by peer", "Connection reset by peer")
+    return next(((r, tail) for r, tail in failed
+                 if not any(x in line for x in lost for line in tail)), failed[0])
 
 
 def _free_port() -> int:
