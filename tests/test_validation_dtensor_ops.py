@@ -22,13 +22,13 @@ def test_taps_plans_run_as_dtensor_with_the_loss_and_gradients_of_one_process():
     from validation.dtensor_ops_run import cases, has_transformers, run
 
     todo = cases(quick=True)  # `python -m validation.dtensor_ops_run` runs all ten
-    want = {"gpt2-pipeline", "gpt2-infer"}
+    want = {"gpt2-pipeline", "gpt2-tied-pipeline", "gpt2-infer"}
     if has_transformers():  # Hugging Face's own LlamaForCausalLM (requirements-validation.txt)
         want |= {"llama-taps", "llama-infer", "llama-pipeline"}
     assert {c.label for c in todo} == want
     checks = run(todo)
     assert [c.label for c in checks] == [c.label for c in todo]
-    for label in want & {"gpt2-pipeline", "llama-pipeline"}:
+    for label in want & {"gpt2-pipeline", "gpt2-tied-pipeline", "llama-pipeline"}:
         staged = next(x.plan for x in todo if x.label == label)
         assert len(staged["pipeline"]["stages"]) == 2  # every stage ran, on its own mesh
     for c in checks:

@@ -145,6 +145,7 @@ def cases(quick: bool = False) -> list[Case]:
         )),
     ]
     out.append(pipelined_case("gpt2-pipeline", untied))
+    out.append(pipelined_case("gpt2-tied-pipeline", tied))  # the tied gradient summed
     out.append(taps_case("gpt2-infer", tied, mode="infer"))
     if quick:  # the pipelined plan runs the flat TAPS plan's paths too, stage by stage
         out.remove(base)
