@@ -12,9 +12,11 @@ and executes the exported snippet as it is on 4 gloo ranks of this machine
 (torch.multiprocessing, 127.0.0.1: DTensor's collectives, no emulated network needed):
 ``build_mesh("cpu")``, ``parallelize(model, mesh)``, ``shard_batch``, ``loss_and_backward``
 (a pipelined plan of either model: every stage on its own mesh through the export's
-``stage_forward``, the boundary activation sent forward and its gradient back). Every rank's
-loss and full gradients are compared with one process on the whole batch. The Llama cases
-need transformers and are left out without it.
+``stage_forward``, the boundary activation sent forward and its gradient back; GPT-2 with its
+embedding and LM head tied too, the shared weight's two gradients, first and last stage,
+added by the export's ``sync_tied_grads``). Every parameter's placements are checked after
+``parallelize``, and every rank's loss and full gradients are compared with one process on the
+whole batch. The Llama cases need transformers and are left out without it.
 """
 
 from __future__ import annotations
@@ -105,6 +107,15 @@ def _head_dim(name: str) -> tuple[dict, bool]:
     return {"b": 2}, False
 
 
+def vocab_head(plan: dict[str, Any], label: str) -> dict[str, Any]:
+    """Plan JSON ``plan`` with its LM head split over the vocabulary inside nodes instead: in
+    a pipeline the tied weight then lies one way on the first stage (the embedding's split)
+    and another on the last, so ``sync_tied_grads`` adds whole gradients, not shards."""
+    ops = [{**op, "strategy": {"inter": {}, "intra": {"v": RANKS_PER_NODE}}}
+           if op["name"] == "lm_head" else op for op in plan["ops"]]
+    return {**plan, "label": label, "ops": ops}
+
+
 def _megatron_sp(name: str) -> tuple[dict, bool]:
     """Megatron-LM with sequence parallelism: heads / FFN / vocabulary inside nodes, norms and
     residual adds on half the sequence, row-parallel ops and the embedding reduce-scattering."""
@@ -125,11 +136,11 @@ def has_transformers() -> bool:
 
 
 def cases(quick: bool = False) -> list[Case]:
-    """TAPS's plans of the small GPT-2 and Llama (flat, inference and pipelined), plus
-    hand-made per-op plans of each; ``quick`` (the test command's slice) keeps TAPS's
-    pipelined GPT-2 and Llama, the inference plans and TAPS's flat Llama (the hand-made plans
-    and the flat GPT-2 run by the command; the fused head dim's placements are also checked
-    without torch)."""
+    """TAPS's plans of the small GPT-2 and Llama (flat, inference and pipelined: GPT-2
+    untied and tied), plus hand-made per-op plans of each; ``quick`` (the test command's
+    slice) keeps TAPS's pipelined GPT-2s and Llama, the inference plans and TAPS's flat Llama
+    (the hand-made plans and the flat GPT-2 run by the command; the fused head dim's
+    placements are also checked without torch)."""
     tied = TinyGPTConfig(attn_implementation="eager")
     untied = replace(tied, tie_word_embeddings=False)
     base, base_untied = taps_case("gpt2-taps", tied), taps_case("gpt2-untied", untied)
@@ -145,7 +156,10 @@ def cases(quick: bool = False) -> list[Case]:
         )),
     ]
     out.append(pipelined_case("gpt2-pipeline", untied))
-    out.append(pipelined_case("gpt2-tied-pipeline", tied))  # the tied gradient summed
+    tied_pipe = pipelined_case("gpt2-tied-pipeline", tied)  # the tied gradient summed
+    out.append(tied_pipe)
+    if not quick:
+        out.append(Case("gpt2-tied-vocab-head", tied, vocab_head(tied_pipe.plan, "vocab-head")))
     out.append(taps_case("gpt2-infer", tied, mode="infer"))
     if quick:  # the pipelined plan runs the flat TAPS plan's paths too, stage by stage
         out.remove(base)

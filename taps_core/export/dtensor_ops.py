@@ -19,7 +19,10 @@ What the export fixes, and what it leaves to DTensor:
 - ops without a module of their own (attention core, activation, residual adds) take the layout
   DTensor's sharding propagation derives from their inputs;
 - the batch and labels enter with the embedding's and the loss's layouts; the loss gathers a
-  split vocabulary (``loss_parallel`` is for one-dimensional meshes).
+  split vocabulary (``loss_parallel`` is for one-dimensional meshes);
+- a pipeline that holds a tied embedding / LM head weight on its first and last stage gets
+  ``sync_tied_grads``, which adds the two stages' gradients of it (the user calls it after the
+  backward, as Megatron's embedding group does).
 
 Replicated parameters over the batch's mesh dimensions get their gradients reduced by DTensor
 (the data-parallel sync). A letter that is not the outermost of a fused dimension (the head dim
