@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
 def test_taps_plans_run_as_dtensor_with_the_loss_and_gradients_of_one_process():
     from validation.dtensor_ops_run import cases, has_transformers, run
 
-    todo = cases(quick=True)  # `python -m validation.dtensor_ops_run` runs all twelve
+    todo = cases(quick=True)  # `python -m validation.dtensor_ops_run` runs all thirteen
     want = {"gpt2-pipeline", "gpt2-tied-pipeline", "gpt2-infer"}
     if has_transformers():  # Hugging Face's own LlamaForCausalLM (requirements-validation.txt)
         want |= {"llama-taps", "llama-infer", "llama-pipeline"}

@@ -107,12 +107,20 @@ def _head_dim(name: str) -> tuple[dict, bool]:
     return {"b": 2}, False
 
 
-def vocab_head(plan: dict[str, Any], label: str) -> dict[str, Any]:
-    """Plan JSON ``plan`` with its LM head split over the vocabulary inside nodes instead: in
-    a pipeline the tied weight then lies one way on the first stage (the embedding's split)
-    and another on the last, so ``sync_tied_grads`` adds whole gradients, not shards."""
-    ops = [{**op, "strategy": {"inter": {}, "intra": {"v": RANKS_PER_NODE}}}
-           if op["name"] == "lm_head" else op for op in plan["ops"]]
+def vocab_split(plan: dict[str, Any], label: str,
+                names: tuple[str, ...] = ("lm_head",)) -> dict[str, Any]:
+    """Plan JSON ``plan`` with the ops ``names`` split over the vocabulary inside nodes instead
+    (an embedding so split hands on partial sums). The LM head alone: in a pipeline the tied
+    weight then lies one way on the first stage and another on the last, so
+    ``sync_tied_grads`` adds whole gradients; with the embedding too, both stages hold the same
+    vocabulary shards, uneven when the vocabulary does not divide."""
+    def split(op: dict[str, Any]) -> dict[str, Any]:
+        strategy: dict[str, Any] = {"inter": {}, "intra": {"v": RANKS_PER_NODE}}
+        if op["name"] == "embed":
+            strategy["partial"] = True
+        return {**op, "strategy": strategy}
+
+    ops = [split(op) if op["name"] in names else op for op in plan["ops"]]
     return {**plan, "label": label, "ops": ops}
 
 
@@ -159,7 +167,11 @@ def cases(quick: bool = False) -> list[Case]:
     tied_pipe = pipelined_case("gpt2-tied-pipeline", tied)  # the tied gradient summed
     out.append(tied_pipe)
     if not quick:
-        out.append(Case("gpt2-tied-vocab-head", tied, vocab_head(tied_pipe.plan, "vocab-head")))
+        odd = replace(tied, vocab_size=129)  # split 2 ways: shards of 65 and 64 rows
+        out += [Case("gpt2-tied-vocab-head", tied, vocab_split(tied_pipe.plan, "vocab-head")),
+                Case("gpt2-tied-uneven-vocab", odd, vocab_split(
+                    pipelined_case("gpt2-odd-vocab", odd).plan, "uneven-vocab",
+                    ("embed", "lm_head")))]
     out.append(taps_case("gpt2-infer", tied, mode="infer"))
     if quick:  # the pipelined plan runs the flat TAPS plan's paths too, stage by stage
         out.remove(base)
@@ -446,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         what = f"inference: logits error {c.max_abs_err:.2e}" if math.isnan(c.loss) else (
             f"loss {c.loss:.6f} (one process {c.ref_loss:.6f}, error "
             f"{abs(c.loss - c.ref_loss):.2e}), max gradient error {c.grad_err:.2e}")
-        print(f"{c.label:22} {what} (worst: {c.worst_param}): {'ok' if c.ok else 'MISMATCH'}")
+        print(f"{c.label:24} {what} (worst: {c.worst_param}): {'ok' if c.ok else 'MISMATCH'}")
     return 0 if all(c.ok for c in checks) else 1
 
 
