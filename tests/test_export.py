@@ -308,6 +308,14 @@ def test_dtensor_pipeline_of_a_tied_model_offers_the_tied_gradient_sum() -> None
     assert any("sync_tied_grads(model, mesh, stage, group)" in n for n in out.notes)
     compile(out.python, "<snippet>", "exec")  # valid Python without importing torch
 
+    gpt2["pipeline"]["stages"][1]["gpus"] = 2  # hand-edited: a last stage of 2 GPUs, not 4
+    for op in gpt2["ops"]:
+        if op["stage"] == 1:
+            op["strategy"]["intra"] = {k: 2 for k in op["strategy"]["intra"]}
+    with pytest.raises(NotExpressibleError, match=r"^the tied embedding and LM head weight is "
+                       r"on a first stage of 4 GPUs and a last stage of 2: "):
+        export_plan(gpt2, "dtensor")
+
     llama = make_plan("llama3-8b", 2, 8, megatron_rule(8, 1), micro=4,
                       pipeline=_pipeline([16, 16], 8, 4), stage_of=_stage_of([16, 16]))
     untied = export_plan(llama, "dtensor")

@@ -261,6 +261,8 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
                   "dims (an inner letter of a fused dimension, or a fused dimension split over "
                   "two mesh dims, is not a DTensor shard that views into heads)"
                   for name, letters in lost.items()]
+    if tied_across:
+        _check_tied_pair(stages)
     if view.pipeline is not None:
         notes.append(f"{len(stages)} pipeline stages: parallelize(model, mesh, stage=i) places "
                      "stage i's layers on its own mesh of its hosts and stage_forward(model, x, "
@@ -341,6 +343,18 @@ def _tied_across_stages(view: PlanView, wl: Workload) -> list[list[str]]:
     if view.pipeline is None or not wl.config.tie_word_embeddings:
         return []
     return [[f"{_embed_path(wl.family)}.weight", f"{_HEAD.path}.weight"]]
+
+
+def _check_tied_pair(stages: list[dict[str, Any]]) -> None:
+    """Refuse a tied weight on a first and a last stage of different GPU counts: its gradient
+    sum pairs GPU k of one with GPU k of the other (Megatron's embedding group)."""
+    first, last = (math.prod(st["mesh"]["shape"]) for st in (stages[0], stages[-1]))
+    if first != last:
+        raise NotExpressibleError(
+            f"the tied embedding and LM head weight is on a first stage of {first} GPUs and a "
+            f"last stage of {last}: the per-op DTensor export adds its two gradients between "
+            "GPU k of each, which needs stages of the same size"
+        )
 
 
 _FIRST_STAGE_OPS = frozenset({"embed", "embed_pos"})
