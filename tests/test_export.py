@@ -307,6 +307,13 @@ def test_dtensor_pipeline_of_a_tied_model_offers_the_tied_gradient_sum() -> None
     assert "def tied_grad_group(" in out.python and "def sync_tied_grads(" in out.python
     assert any("sync_tied_grads(model, mesh, stage, group)" in n for n in out.notes)
     compile(out.python, "<snippet>", "exec")  # valid Python without importing torch
+    assert not any("the whole gradient" in n for n in out.notes)  # vocab-parallel at both ends
+
+    embed = next(op for op in gpt2["ops"] if op["name"] == "embed")
+    embed["strategy"] = {"inter": {}, "intra": {"m": 4}}  # the first stage holds it otherwise
+    assert any("the first stage holds transformer.wte.weight as ['S(1)'], the last as ['S(0)']: "
+               "sync_tied_grads all-reduces the whole gradient" in n
+               for n in export_plan(gpt2, "dtensor").notes)
 
     gpt2["pipeline"]["stages"][1]["gpus"] = 2  # hand-edited: a last stage of 2 GPUs, not 4
     for op in gpt2["ops"]:

@@ -261,18 +261,12 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
                   "dims (an inner letter of a fused dimension, or a fused dimension split over "
                   "two mesh dims, is not a DTensor shard that views into heads)"
                   for name, letters in lost.items()]
-    if tied_across:
-        _check_tied_pair(stages)
     if view.pipeline is not None:
         notes.append(f"{len(stages)} pipeline stages: parallelize(model, mesh, stage=i) places "
                      "stage i's layers on its own mesh of its hosts and stage_forward(model, x, "
                      "stage=i) runs them (the first stage embeds, the last one gives logits); "
                      "schedule the stages with torch.distributed.pipelining")
-        if tied_across:
-            notes.append("the tied embedding and LM head weight is on the first and the last "
-                         "stage: add its two gradients across them before the optimizer step "
-                         "(sync_tied_grads(model, mesh, stage, group) after the backward, with "
-                         "group = tied_grad_group() made once on every rank)")
+        notes += _tied_notes(stages, tied_across)
     if view.zero_stage:
         notes.append(f"ZeRO-{view.zero_stage} is not applied by these placements: wrap the "
                      "model with torch.distributed.fsdp.fully_shard over the batch's mesh dims")
@@ -345,16 +339,30 @@ def _tied_across_stages(view: PlanView, wl: Workload) -> list[list[str]]:
     return [[f"{_embed_path(wl.family)}.weight", f"{_HEAD.path}.weight"]]
 
 
-def _check_tied_pair(stages: list[dict[str, Any]]) -> None:
-    """Refuse a tied weight on a first and a last stage of different GPU counts: its gradient
-    sum pairs GPU k of one with GPU k of the other (Megatron's embedding group)."""
-    first, last = (math.prod(st["mesh"]["shape"]) for st in (stages[0], stages[-1]))
-    if first != last:
+def _tied_notes(stages: list[dict[str, Any]], tied: list[list[str]]) -> list[str]:
+    """The notes on a tied weight held by the first and the last stage (``tied`` from
+    :func:`_tied_across_stages`; none without one). Refuses stages of different GPU counts:
+    the gradient sum pairs GPU k of one with GPU k of the other (Megatron's embedding group)."""
+    if not tied:
+        return []
+    first, last = stages[0], stages[-1]
+    sizes = [math.prod(st["mesh"]["shape"]) for st in (first, last)]
+    if sizes[0] != sizes[1]:
         raise NotExpressibleError(
-            f"the tied embedding and LM head weight is on a first stage of {first} GPUs and a "
-            f"last stage of {last}: the per-op DTensor export adds its two gradients between "
-            "GPU k of each, which needs stages of the same size"
+            f"the tied embedding and LM head weight is on a first stage of {sizes[0]} GPUs and "
+            f"a last stage of {sizes[1]}: the per-op DTensor export adds its two gradients "
+            "between GPU k of each, which needs stages of the same size"
         )
+    notes = ["the tied embedding and LM head weight is on the first and the last stage: add "
+             "its two gradients across them before the optimizer step (sync_tied_grads(model, "
+             "mesh, stage, group) after the backward, with group = tied_grad_group() made once "
+             "on every rank)"]
+    (head, tail), = tied
+    if first["mesh"] != last["mesh"] or first["params"].get(head) != last["params"].get(tail):
+        notes.append(f"the first stage holds {head} as {first['params'].get(head)}, the last "
+                     f"as {last['params'].get(tail)}: sync_tied_grads all-reduces the whole "
+                     "gradient, more than the shard the plan's tied_sync_bytes prices")
+    return notes
 
 
 _FIRST_STAGE_OPS = frozenset({"embed", "embed_pos"})
