@@ -293,6 +293,43 @@ def test_dtensor_pipeline_stage_forward_and_its_refusal() -> None:
     assert "\n" not in str(err.value)
 
 
+def test_dtensor_pipeline_of_a_tied_model_offers_the_tied_gradient_sum() -> None:
+    """GPT-2's tied embedding / LM head weight sits on the first and the last stage: the
+    export names it by each stage's name and defines the pair groups and the gradient sum
+    (run on 4 ranks by validation/dtensor_ops_run.py); an untied Llama gets none of it."""
+    sizes = [6, 6]
+    gpt2 = make_plan("gpt2", 2, 4, megatron_rule(4, 1), micro=4,
+                     pipeline=_pipeline(sizes, 4, 4), stage_of=_stage_of(sizes))
+    out = export_plan(gpt2, "dtensor")
+    assert out.data["tied_across_stages"] == [["transformer.wte.weight", "lm_head.weight"]]
+    first, last = out.data["stages"]
+    assert "transformer.wte.weight" in first["params"] and "lm_head.weight" in last["params"]
+    assert "def tied_grad_group(" in out.python and "def sync_tied_grads(" in out.python
+    assert any("sync_tied_grads(model, mesh, stage, group)" in n for n in out.notes)
+    compile(out.python, "<snippet>", "exec")  # valid Python without importing torch
+    assert not any("the whole gradient" in n for n in out.notes)  # vocab-parallel at both ends
+
+    embed = next(op for op in gpt2["ops"] if op["name"] == "embed")
+    embed["strategy"] = {"inter": {}, "intra": {"m": 4}}  # the first stage holds it otherwise
+    assert any("the first stage holds transformer.wte.weight as ['S(1)'], the last as ['S(0)']: "
+               "sync_tied_grads all-reduces the whole gradient" in n
+               for n in export_plan(gpt2, "dtensor").notes)
+
+    gpt2["pipeline"]["stages"][1]["gpus"] = 2  # hand-edited: a last stage of 2 GPUs, not 4
+    for op in gpt2["ops"]:
+        if op["stage"] == 1:
+            op["strategy"]["intra"] = {k: 2 for k in op["strategy"]["intra"]}
+    with pytest.raises(NotExpressibleError, match=r"^the tied embedding and LM head weight is "
+                       r"on a first stage of 4 GPUs and a last stage of 2: "):
+        export_plan(gpt2, "dtensor")
+
+    llama = make_plan("llama3-8b", 2, 8, megatron_rule(8, 1), micro=4,
+                      pipeline=_pipeline([16, 16], 8, 4), stage_of=_stage_of([16, 16]))
+    untied = export_plan(llama, "dtensor")
+    assert untied.data["tied_across_stages"] == []
+    assert "sync_tied_grads" not in untied.python and "def stage_forward(" in untied.python
+
+
 # ---------------------------------------------------------------- DeepSpeed
 
 

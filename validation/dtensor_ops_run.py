@@ -12,9 +12,11 @@ and executes the exported snippet as it is on 4 gloo ranks of this machine
 (torch.multiprocessing, 127.0.0.1: DTensor's collectives, no emulated network needed):
 ``build_mesh("cpu")``, ``parallelize(model, mesh)``, ``shard_batch``, ``loss_and_backward``
 (a pipelined plan of either model: every stage on its own mesh through the export's
-``stage_forward``, the boundary activation sent forward and its gradient back). Every rank's
-loss and full gradients are compared with one process on the whole batch. The Llama cases
-need transformers and are left out without it.
+``stage_forward``, the boundary activation sent forward and its gradient back; GPT-2 with its
+embedding and LM head tied too, the shared weight's two gradients, first and last stage,
+added by the export's ``sync_tied_grads``). Every parameter's placements are checked after
+``parallelize``, and every rank's loss and full gradients are compared with one process on the
+whole batch. The Llama cases need transformers and are left out without it.
 """
 
 from __future__ import annotations
@@ -105,6 +107,23 @@ def _head_dim(name: str) -> tuple[dict, bool]:
     return {"b": 2}, False
 
 
+def vocab_split(plan: dict[str, Any], label: str,
+                names: tuple[str, ...] = ("lm_head",)) -> dict[str, Any]:
+    """Plan JSON ``plan`` with the ops ``names`` split over the vocabulary inside nodes instead
+    (an embedding so split hands on partial sums). The LM head alone: in a pipeline the tied
+    weight then lies one way on the first stage and another on the last, so
+    ``sync_tied_grads`` adds whole gradients; with the embedding too, both stages hold the same
+    vocabulary shards, uneven when the vocabulary does not divide."""
+    def split(op: dict[str, Any]) -> dict[str, Any]:
+        strategy: dict[str, Any] = {"inter": {}, "intra": {"v": RANKS_PER_NODE}}
+        if op["name"] == "embed":
+            strategy["partial"] = True
+        return {**op, "strategy": strategy}
+
+    ops = [split(op) if op["name"] in names else op for op in plan["ops"]]
+    return {**plan, "label": label, "ops": ops}
+
+
 def _megatron_sp(name: str) -> tuple[dict, bool]:
     """Megatron-LM with sequence parallelism: heads / FFN / vocabulary inside nodes, norms and
     residual adds on half the sequence, row-parallel ops and the embedding reduce-scattering."""
@@ -125,11 +144,11 @@ def has_transformers() -> bool:
 
 
 def cases(quick: bool = False) -> list[Case]:
-    """TAPS's plans of the small GPT-2 and Llama (flat, inference and pipelined), plus
-    hand-made per-op plans of each; ``quick`` (the test command's slice) keeps TAPS's
-    pipelined GPT-2 and Llama, the inference plans and TAPS's flat Llama (the hand-made plans
-    and the flat GPT-2 run by the command; the fused head dim's placements are also checked
-    without torch)."""
+    """TAPS's plans of the small GPT-2 and Llama (flat, inference and pipelined: GPT-2
+    untied and tied), plus hand-made per-op plans of each; ``quick`` (the test command's
+    slice) keeps TAPS's pipelined GPT-2s and Llama, the inference plans and TAPS's flat Llama
+    (the hand-made plans and the flat GPT-2 run by the command; the fused head dim's
+    placements are also checked without torch)."""
     tied = TinyGPTConfig(attn_implementation="eager")
     untied = replace(tied, tie_word_embeddings=False)
     base, base_untied = taps_case("gpt2-taps", tied), taps_case("gpt2-untied", untied)
@@ -145,6 +164,14 @@ def cases(quick: bool = False) -> list[Case]:
         )),
     ]
     out.append(pipelined_case("gpt2-pipeline", untied))
+    tied_pipe = pipelined_case("gpt2-tied-pipeline", tied)  # the tied gradient summed
+    out.append(tied_pipe)
+    if not quick:
+        odd = replace(tied, vocab_size=129)  # split 2 ways: shards of 65 and 64 rows
+        out += [Case("gpt2-tied-vocab-head", tied, vocab_split(tied_pipe.plan, "vocab-head")),
+                Case("gpt2-tied-uneven-vocab", odd, vocab_split(
+                    pipelined_case("gpt2-odd-vocab", odd).plan, "uneven-vocab",
+                    ("embed", "lm_head")))]
     out.append(taps_case("gpt2-infer", tied, mode="infer"))
     if quick:  # the pipelined plan runs the flat TAPS plan's paths too, stage by stage
         out.remove(base)
@@ -197,6 +224,7 @@ def _rank(rank: int, world: int, port: int, jobs: list[dict[str, Any]], out_dir:
                 continue
             mesh = ns["build_mesh"]("cpu")
             model = ns["parallelize"](model, mesh, src_data_rank=None)  # weights seeded alike
+            _check_placed(ns, model, 0)
             ids, labels = ns["shard_batch"](mesh, *batch(cfg, 0))
             if job["mode"] == "infer":  # a forward pass: the logits, gathered
                 with torch.no_grad():
@@ -228,9 +256,12 @@ def _pipelined_step(ns: dict[str, Any], model: Any, cfg: Model, rank: int,
     per = world // len(stages)
     # every rank builds every stage's mesh (its process groups are made collectively)
     meshes = [ns["build_mesh"]("cpu", stage=i, first_rank=i * per) for i in range(len(stages))]
+    sync = ns.get("sync_tied_grads")  # a tied weight on the first and the last stage
+    group = ns["tied_grad_group"]() if sync else None  # collective: every rank makes them
     me = rank // per
     mesh = meshes[me]
     model = ns["parallelize"](model, mesh, stage=me, src_data_rank=None)
+    _check_placed(ns, model, me)
     ids, labels = ns["shard_batch"](mesh, *batch(cfg, 0), stage=me)
     shape = (cfg.batch_size, cfg.seq_length, model.lm_head.in_features)  # (b, s, hidden)
     if me == 0:
@@ -256,8 +287,19 @@ def _pipelined_step(ns: dict[str, Any], model: Any, cfg: Model, rank: int,
         dist.send(got.grad.contiguous(), dst=rank - per)
         for r in range(rank % per, world - per, per):  # every earlier stage's pair learns it
             dist.send(loss.detach().contiguous(), dst=r)
+    if sync:  # the embedding's and the LM head's gradients added, as the export says to
+        sync(model, mesh, me, group)
     grads = {n: p.grad.full_tensor() for n, p in model.named_parameters() if p.grad is not None}
     return float(loss), grads
+
+
+def _check_placed(ns: dict[str, Any], model: Any, stage: int) -> None:
+    """AssertionError unless every parameter the export's ``STAGES[stage]`` places has those
+    placements after ``parallelize`` (a tied weight by the name this stage gives it)."""
+    want = ns["STAGES"][stage]["params"]
+    wrong = [n for n, codes in want.items()
+             if tuple(model.get_parameter(n).placements) != tuple(ns["_placements"](codes))]
+    assert not wrong, f"stage {stage}: {wrong[0]} not placed as {want[wrong[0]]}"
 
 
 def build_model(family: str, fields: dict[str, Any]) -> tuple[Model, Any]:
@@ -318,8 +360,16 @@ def _launch(jobs: list[dict[str, Any]], world: int, out_dir: str) -> None:
     if failed:
         for q in procs:
             q.kill()
-        r, tail = failed[0]
+        r, tail = _cause(failed)
         raise RuntimeError(f"rank {r} failed: {' | '.join(tail)}")
+
+
+def _cause(failed: list[tuple[int, list[str]]]) -> tuple[int, list[str]]:
+    """The failed rank (rank, last lines) whose error is its own: the first one that did not
+    merely lose a peer (when one rank fails, its peers' collectives fail after it)."""
+    lost = ("Connection closed by peer", "Connection reset by peer")
+    return next(((r, tail) for r, tail in failed
+                 if not any(x in line for x in lost for line in tail)), failed[0])
 
 
 def _free_port() -> int:
@@ -408,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         what = f"inference: logits error {c.max_abs_err:.2e}" if math.isnan(c.loss) else (
             f"loss {c.loss:.6f} (one process {c.ref_loss:.6f}, error "
             f"{abs(c.loss - c.ref_loss):.2e}), max gradient error {c.grad_err:.2e}")
-        print(f"{c.label:22} {what} (worst: {c.worst_param}): {'ok' if c.ok else 'MISMATCH'}")
+        print(f"{c.label:24} {what} (worst: {c.worst_param}): {'ok' if c.ok else 'MISMATCH'}")
     return 0 if all(c.ok for c in checks) else 1
 
 

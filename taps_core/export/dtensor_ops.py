@@ -19,7 +19,10 @@ What the export fixes, and what it leaves to DTensor:
 - ops without a module of their own (attention core, activation, residual adds) take the layout
   DTensor's sharding propagation derives from their inputs;
 - the batch and labels enter with the embedding's and the loss's layouts; the loss gathers a
-  split vocabulary (``loss_parallel`` is for one-dimensional meshes).
+  split vocabulary (``loss_parallel`` is for one-dimensional meshes);
+- a pipeline that holds a tied embedding / LM head weight on its first and last stage gets
+  ``sync_tied_grads``, which adds the two stages' gradients of it (the user calls it after the
+  backward, as Megatron's embedding group does).
 
 Replicated parameters over the batch's mesh dimensions get their gradients reduced by DTensor
 (the data-parallel sync). A letter that is not the outermost of a fused dimension (the head dim
@@ -228,6 +231,7 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
     notes = [workload_note(wl), f"parallelize_module's styles cannot hold this plan "
              f"({why_not_styles}): every parameter and module input is placed per op instead"]
     stages = []
+    tied_across = _tied_across_stages(view, wl)
     readers = _residual_readers(wl)  # of the whole model: one graph for every stage
     for stage, ops, nodes, gpn in stage_groups(view):
         dims = mesh_dims(nodes, gpn, ops)
@@ -262,9 +266,7 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
                      "stage i's layers on its own mesh of its hosts and stage_forward(model, x, "
                      "stage=i) runs them (the first stage embeds, the last one gives logits); "
                      "schedule the stages with torch.distributed.pipelining")
-        if wl.config.tie_word_embeddings:
-            notes.append("the tied embedding and LM head weight is on the first and the last "
-                         "stage: add its two gradients across them before the optimizer step")
+        notes += _tied_notes(stages, tied_across)
     if view.zero_stage:
         notes.append(f"ZeRO-{view.zero_stage} is not applied by these placements: wrap the "
                      "model with torch.distributed.fsdp.fully_shard over the batch's mesh dims")
@@ -279,6 +281,7 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
                    "mode": view.mode},
         "stages": stages,
         "micro_batches": view.pipeline.microbatches if view.pipeline else view.microbatches,
+        "tied_across_stages": tied_across,
         "notes": notes,
     }
     return Export("dtensor", json.dumps(data, indent=1), data, notes,
@@ -294,7 +297,7 @@ def _place(
     :func:`_residual_readers`."""
     by_name = {o.name: o for o in ops}
     layers = sorted({o.layer for o in ops if o.layer is not None})
-    embed = "transformer.wte" if wl.family in ("gpt2", "gpt3") else "model.embed_tokens"
+    embed = _embed_path(wl.family)
     params: dict[str, list[str]] = {}
     inputs: dict[str, list[str]] = {}
     outputs: dict[str, list[str]] = {}
@@ -320,6 +323,46 @@ def _place(
             if op.partial and reader is not None:  # partial sums reduced into the reader's split
                 outputs[path] = placements(_BSM, letter_dims(reader, dims), len(dims))[0]
     return params, inputs, outputs, lost
+
+
+def _embed_path(family: str) -> str:
+    """The token embedding's module name in ``family``'s module tree."""
+    return next(m.path for m in MODULES[family] if m.op == "embed")
+
+
+def _tied_across_stages(view: PlanView, wl: Workload) -> list[list[str]]:
+    """``[[first stage's name, last stage's name]]`` of the tied embedding / LM head weight
+    when a pipeline puts its two readers on different stages (their gradients must then be
+    added across the stages), else ``[]`` (one parameter on one mesh: autograd adds them)."""
+    if view.pipeline is None or not wl.config.tie_word_embeddings:
+        return []
+    return [[f"{_embed_path(wl.family)}.weight", f"{_HEAD.path}.weight"]]
+
+
+def _tied_notes(stages: list[dict[str, Any]], tied: list[list[str]]) -> list[str]:
+    """The notes on a tied weight held by the first and the last stage (``tied`` from
+    :func:`_tied_across_stages`; none without one). Refuses stages of different GPU counts:
+    the gradient sum pairs GPU k of one with GPU k of the other (Megatron's embedding group)."""
+    if not tied:
+        return []
+    first, last = stages[0], stages[-1]
+    sizes = [math.prod(st["mesh"]["shape"]) for st in (first, last)]
+    if sizes[0] != sizes[1]:
+        raise NotExpressibleError(
+            f"the tied embedding and LM head weight is on a first stage of {sizes[0]} GPUs and "
+            f"a last stage of {sizes[1]}: the per-op DTensor export adds its two gradients "
+            "between GPU k of each, which needs stages of the same size"
+        )
+    notes = ["the tied embedding and LM head weight is on the first and the last stage: add "
+             "its two gradients across them before the optimizer step (sync_tied_grads(model, "
+             "mesh, stage, group) after the backward, with group = tied_grad_group() made once "
+             "on every rank)"]
+    (head, tail), = tied
+    if first["mesh"] != last["mesh"] or first["params"].get(head) != last["params"].get(tail):
+        notes.append(f"the first stage holds {head} as {first['params'].get(head)}, the last "
+                     f"as {last['params'].get(tail)}: sync_tied_grads all-reduces the whole "
+                     "gradient, more than the shard the plan's tied_sync_bytes prices")
+    return notes
 
 
 _FIRST_STAGE_OPS = frozenset({"embed", "embed_pos"})
@@ -376,6 +419,8 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
         *(f"Note: {n}" for n in data["notes"]),
         '"""',
         "",
+        "import math",
+        "",
         "import torch",
         "from torch.distributed.device_mesh import DeviceMesh",
         "from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor",
@@ -394,13 +439,15 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
         "    return [_placement(c) for c in codes]",
         "",
         "",
+        "def mesh_size(stage: int = 0) -> int:",
+        '    """GPUs of the stage\'s mesh."""',
+        '    return math.prod(STAGES[stage]["mesh"]["shape"])',
+        "",
+        "",
         'def build_mesh(device_type: str = "cuda", stage: int = 0, first_rank: int = 0):',
         '    """The stage\'s mesh over ranks first_rank.. (after init_process_group)."""',
         "    m = STAGES[stage][\"mesh\"]",
-        "    n = 1",
-        "    for s in m[\"shape\"]:",
-        "        n *= s",
-        "    ranks = torch.arange(first_rank, first_rank + n).reshape(m[\"shape\"])",
+        "    ranks = torch.arange(first_rank, first_rank + mesh_size(stage)).reshape(m[\"shape\"])",
         '    return DeviceMesh(device_type, ranks, mesh_dim_names=tuple(m["dim_names"]))',
         "",
         "",
@@ -416,12 +463,15 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
         "    src_data_rank: the rank whose weights are scattered (None: every rank already holds",
         '    the same weights, e.g. seeded alike, and keeps its own shard: no communication)."""',
         "    st = STAGES[stage]",
+        "    names = {}  # every name of a parameter: the stage places a tied one by either",
+        "    for full, p in model.named_parameters(remove_duplicate=False):",
+        "        names.setdefault(id(p), []).append(full)",
         "    done = {}  # a tied parameter (LM head = embedding) stays one parameter",
-        "    for mod_name, mod in model.named_modules():",
+        "    for mod in model.modules():",
         "        for attr, p in list(mod.named_parameters(recurse=False)):",
-        '            full = f"{mod_name}.{attr}" if mod_name else attr',
         "            if id(p) not in done:",
-        '                codes = st["params"].get(full, ["R"] * mesh.ndim)',
+        '                mine = [n for n in names[id(p)] if n in st["params"]]',
+        '                codes = st["params"][mine[0]] if mine else ["R"] * mesh.ndim',
         "                dp = distribute_tensor(p.data, mesh, _placements(codes),",
         "                                       src_data_rank=src_data_rank)",
         "                done[id(p)] = (p, torch.nn.Parameter(dp, p.requires_grad))",
@@ -473,6 +523,8 @@ def dtensor_ops_python(data: dict[str, Any]) -> str:
     ]
     if any("stage" in st for st in stages):
         lines += _stage_forward_lines(data["family"])
+    if data["tied_across_stages"]:
+        lines += _tied_grad_lines(data["tied_across_stages"])
     return "\n".join(lines)
 
 
@@ -524,3 +576,64 @@ def _stage_forward_lines(family: str) -> list[str]:
         tail = "t.ln_f"
     return [*head, *body, "    if stage == len(STAGES) - 1:",
             f"        x = model.lm_head({tail}(x))", "    return x", ""]
+
+
+def _tied_grad_lines(tied: list[list[str]]) -> list[str]:
+    """``tied_grad_group()`` and ``sync_tied_grads(...)`` of a pipelined export whose tied
+    embedding / LM head weight is on the first and the last stage: GPU k of the first stage
+    and GPU k of the last add their gradients of it (Megatron's embedding group). Where both
+    stages place the weight alike, each pair all-reduces its own shard, the bytes the engine
+    prices (``tied_sync_bytes``); otherwise the whole gradient (more than it prices)."""
+    return [
+        "",
+        "# a weight the first and the last stage share (the tied embedding and LM head), named",
+        "# as each of them holds it: its gradient is the sum of the two stages' gradients",
+        f"TIED = {json.dumps(tied)}",
+        "",
+        "",
+        "def tied_grad_group(first_ranks: list | None = None):",
+        "    \"\"\"This rank's process group with the rank at the same mesh position on the other",
+        "    end stage (None on a middle stage). Call it once on every rank, after",
+        "    init_process_group (new_group is collective); first_ranks: each stage's first rank",
+        "    (default: the stages one after another, as their meshes are built).\"\"\"",
+        "    import torch.distributed as dist",
+        "",
+        "    starts = first_ranks or [sum(mesh_size(i) for i in range(s))",
+        "                             for s in range(len(STAGES))]",
+        "    mine = None",
+        "    for k in range(mesh_size(0)):",
+        "        pair = [starts[0] + k, starts[-1] + k]",
+        "        group = dist.new_group(pair)",
+        "        if dist.get_rank() in pair:",
+        "            mine = group",
+        "    return mine",
+        "",
+        "",
+        "def sync_tied_grads(model: torch.nn.Module, mesh: DeviceMesh, stage: int, group) -> None:",
+        "    \"\"\"After the backward, before the optimizer step: the tied weight's gradient",
+        "    becomes the sum of the first stage's (embedding) and the last stage's (LM head), on",
+        "    both. Each GPU all-reduces its shard with its peer when both stages place the weight",
+        "    alike, else the whole gradient (then takes its shard again). Nothing on a middle",
+        "    stage.\"\"\"",
+        "    import torch.distributed as dist",
+        "",
+        "    last = len(STAGES) - 1",
+        "    if group is None or stage not in (0, last):",
+        "        return",
+        "    for names in TIED:",
+        "        p = model.get_parameter(names[0 if stage == 0 else 1])",
+        "        grad = p.grad.redistribute(mesh, p.placements)",
+        '        first, end = STAGES[0], STAGES[last]',
+        '        alike = (first["mesh"] == end["mesh"]',
+        '                 and first["params"].get(names[0]) == end["params"].get(names[1]))',
+        "        if alike:",
+        "            local = grad.to_local().clone()",
+        "            dist.all_reduce(local, group=group)",
+        "            p.grad = DTensor.from_local(local, mesh, p.placements, shape=grad.shape,",
+        "                                        stride=grad.stride())  # shards may be uneven",
+        "        else:",
+        "            whole = grad.full_tensor()",
+        "            dist.all_reduce(whole, group=group)",
+        "            p.grad = distribute_tensor(whole, mesh, p.placements, src_data_rank=None)",
+        "",
+    ]
