@@ -7,11 +7,21 @@ from dataclasses import replace
 
 import pytest
 
+from taps_core.cluster.links import LinkModel
 from taps_core.cluster.presets import preset
 from taps_core.cluster.topology import sub_topology
+from taps_core.costs.collectives import TopologyCost
+from taps_core.ir.strategies import Strategy
 from taps_core.models import build_graph, load_model_config
 from taps_core.plan.evaluate import evaluate
-from taps_core.search.pipeline import search_pipeline, stage_graph
+from taps_core.plan.records import Plan, SearchInfo
+from taps_core.search.pipeline import (
+    search_pipeline,
+    stage_graph,
+    tied_exchange_extra,
+    tied_shard_bytes,
+)
+from taps_core.search.problem import build_problem
 
 
 def _graph(name: str, **changes):
@@ -125,3 +135,38 @@ def test_a_pipeline_never_claims_to_be_optimal(piped):
     assert plan.search.status == "feasible" and plan.search.lower_bound_s is None
     assert "not a proof" in plan.search.note
     assert search_status(plan).startswith("each stage's plan optimal (proven)")
+
+
+def test_the_tied_exchange_is_the_whole_weight_where_the_stages_split_it_differently():
+    """The first stage's embedding and the last stage's LM head hold the tied weight: the
+    same split exchanges one shard per GPU pair, another split the whole weight (summed whole,
+    then split again, as the DTensor export's sync_tied_grads does)."""
+    micro = _graph("gpt2", num_hidden_layers=2, batch_size=8, seq_length=64)
+    links = LinkModel(preset("dgx-a100:2"))
+    sub = links.first_hosts(1)
+    info = SearchInfo("fixed", 0.0, 0, "fixed")
+    vocab = Strategy((), (("v", 8),))
+
+    def stage(first: bool, head_split: Strategy) -> Plan:
+        sg = (stage_graph(micro, 0, 0, head=True, tail=False) if first
+              else stage_graph(micro, 1, 1, head=False, tail=True))
+        split = {"embed", "lm_head", "loss"}
+        choice = {op.name: head_split if op.name in split else Strategy((), ()) for op in sg.ops}
+        return evaluate(sg, sub, "train", choice, label="stage", cost_model="topology",
+                        search=info, memory_limit_bytes=float("inf"))
+
+    last = stage(False, vocab)
+    whole = float(micro.tensors["wte"].nbytes)
+    shard = tied_shard_bytes(micro, last)
+    assert shard == pytest.approx(whole / 8, rel=0.01)  # the vocabulary padded to 8 ways
+    assert tied_shard_bytes(micro, last, stage(True, vocab)) == shard
+    assert tied_shard_bytes(micro, last, stage(True, Strategy((), ()))) == whole
+    # the last stage's search prices each head strategy against the first stage's embedding
+    sg = stage_graph(micro, 1, 1, head=False, tail=True)
+    problem = build_problem(sg, sub.topology, "train", TopologyCost(sub))
+    node, alone = tied_exchange_extra(problem, micro, links, 1, 2)
+    _, against = tied_exchange_extra(problem, micro, links, 1, 2, stage(True, Strategy((), ())))
+    split = problem.strategies[node].index(vocab)
+    assert against[split] > alone[split]  # split another way than the embedding: the whole
+    unsplit = problem.strategies[node].index(Strategy((), ()))
+    assert against[unsplit] == alone[unsplit]  # both whole: the same

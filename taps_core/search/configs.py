@@ -310,7 +310,8 @@ class _Pricer:
         for i in range(p - 1):
             sends[i] += self.send_s(span[i], span[i + 1], boundary)
             sends[i + 1] += self.send_s(span[i + 1], span[i], boundary)
-        held = tied_shard_bytes(one, self.stage(lay, False, True, 1)[1])
+        held = tied_shard_bytes(one, self.stage(lay, False, True, 1)[1],
+                                self.stage(lay, True, False, 1)[1])
         tied = 0.0
         if held is not None:
             gpus = hosts * self.topology.gpus_per_node

@@ -338,13 +338,17 @@ def _assemble(
         # for the most of them (stage 1's), so stages with equal layers are searched once
         copies = min(p if head else (1 if tail else p - 1), m)
         key = (b - a + 1, head, tail, copies, hosts, m)
+        # the last stage prices its tied exchange against the first stage's embedding
+        first = stage_plans[0].plan if tail and p > 1 else None
+        if first is not None:
+            key = (*key, split[0])
         if key not in cache and time.perf_counter() > deadline:
             return None  # out of time: this setting stays unplanned
         if key not in cache:
             cache[key] = _plan_stage(
                 micro, links, mode, cost_model, limit, a, b, head, tail, copies, hosts, m,
                 allow_for, space,
-                min(deadline, time.perf_counter() + stage_budget_s),
+                min(deadline, time.perf_counter() + stage_budget_s), first,
             )
         if cache[key] is None:
             return None
@@ -527,15 +531,21 @@ def tied_held_bytes(micro: OpGraph, op: OpSpec, pos: int, strategy: Strategy) ->
     ))
 
 
-def tied_shard_bytes(micro: OpGraph, last: Plan) -> float | None:
-    """Bytes per GPU of the tied embedding shard the last stage's head holds (the shard the
-    first and the last stage exchange each step), or None without a tied head there."""
+def tied_shard_bytes(micro: OpGraph, last: Plan, first: Plan | None = None) -> float | None:
+    """Bytes per GPU the first and the last stage exchange each step of a tied embedding's
+    gradient: the shard the last stage's head holds, or, when the first stage's embedding
+    (``first``'s plan, if given) holds the weight split another way, the whole weight (the
+    gradient is then summed whole and split again). None without a tied head there."""
     head = tied_head(micro, {o.name for o in last.ops})
     if head is None:
         return None
     op, pos = head
     strategy = next(o.strategy for o in last.ops if o.name == op.name)
-    return tied_held_bytes(micro, op, pos, strategy)
+    held = tied_held_bytes(micro, op, pos, strategy)
+    owner = micro.tensors[op.inputs[pos]].tied_to
+    theirs = _tied_layout(micro, first, owner) if first is not None else None
+    same = theirs is None or strategy.layout(op.input_letters[pos])[:2] == theirs
+    return held if same else float(micro.tensors[owner].nbytes)
 
 
 def tied_exchange_seconds(
@@ -549,12 +559,18 @@ def tied_exchange_seconds(
 
 
 def tied_exchange_extra(
-    problem: SearchProblem, micro: OpGraph, links: LinkModel, hosts: int, p: int
+    problem: SearchProblem,
+    micro: OpGraph,
+    links: LinkModel,
+    hosts: int,
+    p: int,
+    first: Plan | None = None,
 ) -> tuple[str, np.ndarray] | None:
     """The node of ``problem`` holding the op that reads the tied weight after the layers, and
-    the seconds per strategy of the tied gradient's exchange its shard makes
-    (:func:`tied_exchange_seconds`, as the last of ``p`` stages of ``hosts`` hosts pays it);
-    None without a tied weight there."""
+    the seconds per strategy of the tied gradient's exchange (:func:`tied_exchange_seconds`,
+    as the last of ``p`` stages of ``hosts`` hosts pays it): its shard, or the whole weight
+    where the first stage's embedding (``first``, if given) holds it split another way (as
+    :func:`tied_shard_bytes` prices it); None without a tied weight there."""
     end = max(i for i, op in enumerate(micro.ops) if op.layer is not None)
     head = tied_head(micro, {op.name for op in micro.ops[end + 1:]})
     if head is None:
@@ -563,20 +579,42 @@ def tied_exchange_extra(
     node = next((n for n, names in problem.members.items() if op.name in names), None)
     if node is None:
         return None
-    first, last = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
+    owner = micro.tensors[op.inputs[pos]].tied_to
+    theirs = _tied_layout(micro, first, owner) if first is not None else None
+    whole = float(micro.tensors[owner].nbytes)
+    span0, span1 = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
     return node, np.array([
-        tied_exchange_seconds(links, first, last, tied_held_bytes(micro, op, pos, st))
+        tied_exchange_seconds(
+            links, span0, span1,
+            tied_held_bytes(micro, op, pos, st)
+            if theirs is None or st.layout(op.input_letters[pos])[:2] == theirs else whole,
+        )
         for st in problem.strategies[node]
     ])
 
 
+def _tied_layout(micro: OpGraph, first: Plan, owner: str) -> tuple | None:
+    """How the first stage's reader of the tied weight ``owner`` splits it (per level, per
+    dim), or None when no op of ``first`` reads it."""
+    mine = {o.name: o.strategy for o in first.ops}
+    reader = next((o for o in micro.ops if owner in o.inputs and o.name in mine), None)
+    if reader is None:
+        return None
+    return mine[reader.name].layout(reader.input_letters[reader.inputs.index(owner)])[:2]
+
+
 def with_tied_exchange(
-    problem: SearchProblem, micro: OpGraph, links: LinkModel, hosts: int, p: int
+    problem: SearchProblem,
+    micro: OpGraph,
+    links: LinkModel,
+    hosts: int,
+    p: int,
+    first: Plan | None = None,
 ) -> SearchProblem:
     """``problem`` with the op reading the tied weight after the layers priced with the tied
-    gradient's exchange its shard makes (:func:`tied_exchange_extra`); ``problem`` itself
-    without a tied weight there."""
-    found = tied_exchange_extra(problem, micro, links, hosts, p)
+    gradient's exchange it makes (:func:`tied_exchange_extra`); ``problem`` itself without a
+    tied weight there."""
+    found = tied_exchange_extra(problem, micro, links, hosts, p, first)
     if found is None:
         return problem
     node, extra = found
@@ -594,7 +632,7 @@ def _tied_exchange(
     none = (0.0, 0.0, np.zeros(len(links.links)))
     if len(stage_plans) < 2:
         return none
-    held = tied_shard_bytes(micro, stage_plans[-1].plan)
+    held = tied_shard_bytes(micro, stage_plans[-1].plan, stage_plans[0].plan)
     if held is None:
         return none
     p = len(stage_plans)
@@ -631,9 +669,11 @@ def _plan_stage(
     allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None,
     space: SearchSpace,
     deadline: float,
+    first: Plan | None = None,
 ) -> _StagePlan | None:
     """The exact intra-operator plan of one stage on its hosts (None if it cannot fit);
-    ``links`` is the whole cluster's link model."""
+    ``links`` is the whole cluster's link model; ``first`` the first stage's plan, whose
+    embedding the last stage's tied exchange depends on."""
     sg = stage_graph(micro, a, b, head=head, tail=tail)
     sub_links = links.first_hosts(hosts)
     sub = sub_links.topology
@@ -645,7 +685,7 @@ def _plan_stage(
         """The last stage weighs the tied exchange its head's shard makes (paid per step)."""
         if not tail or p < 2 or cost_model != "topology":
             return problem
-        return with_tied_exchange(problem, micro, links, hosts, p)
+        return with_tied_exchange(problem, micro, links, hosts, p, first)
 
     def run(search_limit: float) -> Plan:
         problem, sol, info = search_fixed(
