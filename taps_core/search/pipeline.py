@@ -353,7 +353,58 @@ def _assemble(
         if cache[key] is None:
             return None
         stage_plans.append(cache[key])
-    return _put_together(micro, topology, links, mode, cost_model, limit, m, ranges, stage_plans)
+    plan = _put_together(micro, topology, links, mode, cost_model, limit, m, ranges, stage_plans)
+    if p > 1 and cost_model == "topology":
+        agreed = _agree_on_tied(micro, links, mode, limit, ranges, stage_plans, m, allow_for,
+                                space, deadline)
+        if agreed is not stage_plans:
+            other = _put_together(micro, topology, links, mode, cost_model, limit, m, ranges,
+                                  agreed)
+            plan = min(plan, other, key=lambda pl: pl.total_time_s)
+    return plan
+
+
+TIED_ROUNDS = 3  # first and last stage re-planned against each other at most this often
+
+
+def _agree_on_tied(
+    micro: OpGraph,
+    links: LinkModel,
+    mode: str,
+    limit: float,
+    ranges: list[tuple[int, int]],
+    stage_plans: list[_StagePlan],
+    m: int,
+    allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None,
+    space: SearchSpace,
+    deadline: float,
+) -> list[_StagePlan]:
+    """The first and the last stage re-planned in turn, each against the other's split of a
+    tied embedding (its exchange is a whole weight where they differ), while that lowers their
+    seconds plus the exchange's; ``stage_plans`` itself when nothing changes (no tied weight
+    across them, or no better pair)."""
+    p = len(ranges)
+    hosts = links.topology.nodes // p
+    if tied_shard_bytes(micro, stage_plans[-1].plan) is None:
+        return stage_plans
+    plans = stage_plans
+
+    def total(first: _StagePlan, last: _StagePlan) -> float:
+        return first.plan.total_time_s + last.plan.total_time_s + _tied_exchange(
+            micro, links, [first, last], hosts)[0]
+
+    for _ in range(TIED_ROUNDS):
+        (a, b), (c, d) = ranges[0], ranges[-1]
+        first = _plan_stage(micro, links, mode, "topology", limit, a, b, True, False,
+                            min(p, m), hosts, m, allow_for, space, deadline, last=plans[-1].plan)
+        if first is None:
+            break
+        last = _plan_stage(micro, links, mode, "topology", limit, c, d, False, True, 1, hosts, m,
+                           allow_for, space, deadline, first.plan)
+        if last is None or total(first, last) >= total(plans[0], plans[-1]) * (1 - 1e-12):
+            break
+        plans = [first, *plans[1:-1], last]
+    return plans
 
 
 def plan_setting(
@@ -593,6 +644,36 @@ def tied_exchange_extra(
     ])
 
 
+def embedding_exchange_extra(
+    problem: SearchProblem, micro: OpGraph, links: LinkModel, hosts: int, p: int, last: Plan
+) -> tuple[str, np.ndarray] | None:
+    """The first stage's side of :func:`tied_exchange_extra`: the node of ``problem`` holding
+    the op that reads the tied weight's owner before the layers, and per strategy the seconds
+    of the exchange with ``last``'s LM head (its shard where both split the weight alike, the
+    whole weight otherwise); None without a tied head in ``last``."""
+    head = tied_head(micro, {o.name for o in last.ops})
+    if head is None:
+        return None
+    op, pos = head
+    strategy = next(o.strategy for o in last.ops if o.name == op.name)
+    owner = micro.tensors[op.inputs[pos]].tied_to
+    reader = next((o for o in micro.ops if owner in o.inputs), None)
+    node = None if reader is None else next(
+        (n for n, names in problem.members.items() if reader.name in names), None)
+    if reader is None or node is None:
+        return None
+    theirs = strategy.layout(op.input_letters[pos])[:2]
+    letters = reader.input_letters[reader.inputs.index(owner)]
+    shard = tied_held_bytes(micro, op, pos, strategy)
+    whole = float(micro.tensors[owner].nbytes)
+    span0, span1 = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
+    return node, np.array([
+        tied_exchange_seconds(links, span0, span1,
+                              shard if st.layout(letters)[:2] == theirs else whole)
+        for st in problem.strategies[node]
+    ])
+
+
 def _tied_layout(micro: OpGraph, first: Plan, owner: str) -> tuple | None:
     """How the first stage's reader of the tied weight ``owner`` splits it (per level, per
     dim), or None when no op of ``first`` reads it."""
@@ -615,9 +696,11 @@ def with_tied_exchange(
     gradient's exchange it makes (:func:`tied_exchange_extra`); ``problem`` itself without a
     tied weight there."""
     found = tied_exchange_extra(problem, micro, links, hosts, p, first)
-    if found is None:
-        return problem
-    node, extra = found
+    return problem if found is None else _plus_seconds(problem, *found)
+
+
+def _plus_seconds(problem: SearchProblem, node: str, extra: np.ndarray) -> SearchProblem:
+    """``problem`` with ``extra`` seconds per strategy on ``node`` (every option)."""
     times = dict(problem.option_time)
     times[node] = {rc: t + extra[:, None] for rc, t in problem.option_time[node].items()}
     return replace(problem, option_time=times)
@@ -670,10 +753,11 @@ def _plan_stage(
     space: SearchSpace,
     deadline: float,
     first: Plan | None = None,
+    last: Plan | None = None,
 ) -> _StagePlan | None:
     """The exact intra-operator plan of one stage on its hosts (None if it cannot fit);
-    ``links`` is the whole cluster's link model; ``first`` the first stage's plan, whose
-    embedding the last stage's tied exchange depends on."""
+    ``links`` is the whole cluster's link model; the tied embedding's exchange is priced on
+    the last stage against ``first``'s embedding and on the first against ``last``'s head."""
     sg = stage_graph(micro, a, b, head=head, tail=tail)
     sub_links = links.first_hosts(hosts)
     sub = sub_links.topology
@@ -683,7 +767,12 @@ def _plan_stage(
 
     def priced(problem: SearchProblem) -> SearchProblem:
         """The last stage weighs the tied exchange its head's shard makes (paid per step)."""
-        if not tail or p < 2 or cost_model != "topology":
+        if p < 2 or cost_model != "topology":
+            return problem
+        if head and last is not None:
+            found = embedding_exchange_extra(problem, micro, links, hosts, p, last)
+            return problem if found is None else _plus_seconds(problem, *found)
+        if not tail:
             return problem
         return with_tied_exchange(problem, micro, links, hosts, p, first)
 
