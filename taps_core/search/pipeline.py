@@ -385,8 +385,10 @@ def _agree_on_tied(
     across them, or no better pair)."""
     p = len(ranges)
     hosts = links.topology.nodes // p
-    if tied_shard_bytes(micro, stage_plans[-1].plan) is None:
-        return stage_plans
+    shard = tied_shard_bytes(micro, stage_plans[-1].plan)
+    if shard is None or shard == tied_shard_bytes(micro, stage_plans[-1].plan,
+                                                  stage_plans[0].plan):
+        return stage_plans  # no tied weight across them, or they split it alike already
     plans = stage_plans
 
     def total(first: _StagePlan, last: _StagePlan) -> float:
