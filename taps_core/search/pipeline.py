@@ -635,15 +635,18 @@ def tied_exchange_extra(
     owner = micro.tensors[op.inputs[pos]].tied_to
     theirs = _tied_layout(micro, first, owner) if first is not None else None
     whole = float(micro.tensors[owner].nbytes)
-    span0, span1 = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
-    return node, np.array([
-        tied_exchange_seconds(
-            links, span0, span1,
-            tied_held_bytes(micro, op, pos, st)
-            if theirs is None or st.layout(op.input_letters[pos])[:2] == theirs else whole,
-        )
+    return node, _exchanges(links, hosts, p, [
+        tied_held_bytes(micro, op, pos, st)
+        if theirs is None or st.layout(op.input_letters[pos])[:2] == theirs else whole
         for st in problem.strategies[node]
     ])
+
+
+def _exchanges(links: LinkModel, hosts: int, p: int, held_bytes: list[float]) -> np.ndarray:
+    """:func:`tied_exchange_seconds` between the first and the last of ``p`` stages of
+    ``hosts`` hosts, for each of ``held_bytes`` (bytes per GPU)."""
+    span0, span1 = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
+    return np.array([tied_exchange_seconds(links, span0, span1, b) for b in held_bytes])
 
 
 def embedding_exchange_extra(
@@ -668,11 +671,8 @@ def embedding_exchange_extra(
     letters = reader.input_letters[reader.inputs.index(owner)]
     shard = tied_held_bytes(micro, op, pos, strategy)
     whole = float(micro.tensors[owner].nbytes)
-    span0, span1 = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
-    return node, np.array([
-        tied_exchange_seconds(links, span0, span1,
-                              shard if st.layout(letters)[:2] == theirs else whole)
-        for st in problem.strategies[node]
+    return node, _exchanges(links, hosts, p, [
+        shard if st.layout(letters)[:2] == theirs else whole for st in problem.strategies[node]
     ])
 
 

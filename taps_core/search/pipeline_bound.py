@@ -137,8 +137,8 @@ def pipeline_bounds(
         if i >= max_stage_solves:
             found.append(ShapeBound(p, m, cheap, "compute floor"))
             continue
-        bound, memory_bound = stage_bound_detail(graph, topology, links, p, m, space,
-                                                 cutoff_s, limit)
+        bound, memory_bound = stage_bound(graph, topology, links, p, m, space, cutoff_s,
+                                          limit)
         split = None
         if bound < cutoff_s * (1 - 1e-9) and not memory_bound:
             # memory does not bind: the multipliers' bound charges pacing and sync together
@@ -150,21 +150,6 @@ def pipeline_bounds(
 
 
 def stage_bound(
-    graph: OpGraph,
-    topology: Topology,
-    links: LinkModel,
-    p: int,
-    m: int,
-    space: SearchSpace = SearchSpace(),
-    cutoff_s: float = math.inf,
-    memory_limit_bytes: float = math.inf,
-) -> float:
-    """The proven bound (seconds) of :func:`stage_bound_detail`."""
-    return stage_bound_detail(graph, topology, links, p, m, space, cutoff_s,
-                              memory_limit_bytes)[0]
-
-
-def stage_bound_detail(
     graph: OpGraph,
     topology: Topology,
     links: LinkModel,

@@ -57,24 +57,23 @@ def _product(
     a = np.ascontiguousarray(a, dtype=np.float64)
     right = np.ascontiguousarray(mid[:, None] + b, dtype=np.float64)  # [j, k]
     out = np.empty((n_i, n_k))
-    if not with_arg:
-        _dense_values(a, right, out)
-        return out, None
-    arg = np.empty((n_i, n_k), dtype=np.int32)
-    _dense_argmin(a, right, out, arg)
-    return out, arg
+    arg = np.empty((n_i, n_k) if with_arg else (0, 0), dtype=np.int32)
+    _dense(a, right, out, arg)
+    return out, arg if with_arg else None
 
 
 @numba.njit(cache=True)
-def _dense_argmin(a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.ndarray) -> None:
-    """``out[i, k] = min_j a[i, j] + right[j, k]`` and the first ``j`` reaching it (0 where
-    every term is infinite), row by row of ``right`` (contiguous)."""
+def _dense(a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.ndarray) -> None:
+    """``out[i, k] = min_j a[i, j] + right[j, k]`` and, where ``arg`` has room, the first
+    ``j`` reaching it (0 where every term is infinite); row by row of ``right`` (contiguous)."""
     n_i, n_j = a.shape
     n_k = right.shape[1]
+    track = arg.shape[0] > 0
     for i in range(n_i):
         for k in range(n_k):
             out[i, k] = np.inf
-            arg[i, k] = 0
+            if track:
+                arg[i, k] = 0
         for j in range(n_j):
             x = a[i, j]
             if x == np.inf:
@@ -83,25 +82,8 @@ def _dense_argmin(a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.nda
                 v = x + right[j, k]
                 if v < out[i, k]:
                     out[i, k] = v
-                    arg[i, k] = j
-
-
-@numba.njit(cache=True)
-def _dense_values(a: np.ndarray, right: np.ndarray, out: np.ndarray) -> None:
-    """:func:`_dense_argmin` without the argmin."""
-    n_i, n_j = a.shape
-    n_k = right.shape[1]
-    for i in range(n_i):
-        for k in range(n_k):
-            out[i, k] = np.inf
-        for j in range(n_j):
-            x = a[i, j]
-            if x == np.inf:
-                continue
-            for k in range(n_k):
-                v = x + right[j, k]
-                if v < out[i, k]:
-                    out[i, k] = v
+                    if track:
+                        arg[i, k] = j
 
 
 def _selecting(
