@@ -768,7 +768,8 @@ def _plan_stage(
     p = links.topology.nodes // hosts
 
     def priced(problem: SearchProblem) -> SearchProblem:
-        """The last stage weighs the tied exchange its head's shard makes (paid per step)."""
+        """The first and the last stage weigh the tied embedding's exchange (paid per step)
+        their split makes against the other end's (the last stage's alone without it)."""
         if p < 2 or cost_model != "topology":
             return problem
         if head and last is not None:
