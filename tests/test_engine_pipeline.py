@@ -18,10 +18,12 @@ from taps_core.plan.records import Plan, SearchInfo
 from taps_core.search.pipeline import (
     search_pipeline,
     stage_graph,
+)
+from taps_core.search.problem import build_problem
+from taps_core.search.sends import (
     tied_exchange_extra,
     tied_shard_bytes,
 )
-from taps_core.search.problem import build_problem
 
 
 def _graph(name: str, **changes):

@@ -250,7 +250,7 @@ def test_the_tied_exchange_priced_per_strategy_is_the_one_the_pipeline_adds():
     """A tied embedding's exchange between the first and last stage depends on the shard the
     last stage's head holds: the per-strategy price the last stage's search (and its bound)
     weighs equals what the pipeline adds for the chosen strategy."""
-    from taps_core.search.pipeline import tied_exchange_seconds, tied_head, tied_held_bytes
+    from taps_core.search.sends import tied_exchange_seconds, tied_head, tied_held_bytes
 
     graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=64)
     topo = preset("dgx-a100:4")

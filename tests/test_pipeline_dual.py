@@ -25,7 +25,6 @@ from taps_core.search.pipeline import (
     assemble_stages,
     plan_setting,
     stage_graph,
-    tied_exchange_extra,
 )
 from taps_core.search.pipeline_bound import shapes
 from taps_core.search.pipeline_dual import (
@@ -35,6 +34,9 @@ from taps_core.search.pipeline_dual import (
     stage_charges,
 )
 from taps_core.search.problem import SearchProblem
+from taps_core.search.sends import (
+    tied_exchange_extra,
+)
 
 LAYERS = 4
 

@@ -46,6 +46,8 @@ from taps_core.search.pipeline import (
     layer_range,
     one_f_one_b_busy,
     stage_graph,
+)
+from taps_core.search.sends import (
     tied_shard_bytes,
 )
 
@@ -276,7 +278,7 @@ class _Pricer:
 
     def send_s(self, src: tuple[int, ...], dst: tuple[int, ...], nbytes: float) -> float:
         """Seconds of a stage-to-stage send of ``nbytes`` (as
-        :func:`taps_core.search.pipeline.send_seconds`; the route's loads grow with the bytes)."""
+        :func:`taps_core.search.sends.send_seconds`; the route's loads grow with the bytes)."""
         if (src, dst) not in self._sends:
             g = self.topology.gpus_per_node
             a = [h * g + j for h in src for j in range(g)]

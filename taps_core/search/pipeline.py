@@ -6,9 +6,10 @@ Inside each stage the exact TAPS search (:func:`~taps_core.search.flat.search_fi
 every op's sharding and the memory levers, with stage ``i`` holding the activations of
 ``min(p - i, m)`` micro-batches at once (1F1B's in-flight count; the middle stages share one
 plan, sized for the most in flight among them). Between stages only the
-boundary activation moves, point to point: each GPU of a stage sends its 1/G slice to the GPU
-with the same local index in the next stage (Megatron's scatter-gather), routed over the real
-links, forward and (its gradient) backward for every micro-batch.
+boundary activation moves, point to point, forward and (its gradient) backward for every
+micro-batch, and a tied embedding's gradient once per step between the first and the last
+stage (:mod:`taps_core.search.sends`); those two stages are re-planned against each other's
+split of the tied weight.
 
 The outer search goes through stage counts (most stages first), micro-batch counts (p, 2p, 4p,
 ... in increasing order, until the step stops improving) and layer splits (balanced, or the last
@@ -33,16 +34,25 @@ import numpy as np
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology, host_renamer
 from taps_core.costs.collectives import TopologyCost, VolumeCost
-from taps_core.costs.ops import shard
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
-from taps_core.ir.graph import OpGraph, OpSpec
-from taps_core.ir.strategies import SearchSpace, Strategy, pad_factor
+from taps_core.ir.graph import OpGraph
+from taps_core.ir.strategies import SearchSpace
 from taps_core.models import build_graph
 from taps_core.plan.evaluate import evaluate, link_traffic, plan_record
 from taps_core.plan.records import OpPlan, PipelineInfo, Plan, SearchInfo, StageInfo
 from taps_core.search.flat import choices_of, search_fixed
 from taps_core.search.memory_fit import within_limit
 from taps_core.search.problem import SearchProblem, StrategyFilter
+from taps_core.search.sends import (
+    boundary_sends,
+    embedding_exchange_extra,
+    plus_seconds,
+    send_flows,
+    stage_send_seconds,
+    tied_exchange,
+    tied_shard_bytes,
+    with_tied_exchange,
+)
 
 SCOUT_STAGE_BUDGET_S = 4.0  # a stage's exact search while comparing settings (then in full)
 PIPELINE_ZERO = (1,)  # the distributed optimizer; ZeRO-2/3 re-gather per micro-batch
@@ -81,69 +91,6 @@ def stage_graph(graph: OpGraph, first: int, last: int, *, head: bool, tail: bool
     return OpGraph(
         graph.name, tensors, ops, graph.batch_letter, {**graph.meta, "stage": (first, last)}
     )
-
-
-def _flows(
-    src_hosts: tuple[int, ...], dst_hosts: tuple[int, ...], g: int, nbytes: float
-) -> list[tuple[int, int, float]]:
-    """GPU j of one stage to GPU j of the next, each 1/G of ``nbytes``."""
-    src = [h * g + j for h in src_hosts for j in range(g)]
-    dst = [h * g + j for h in dst_hosts for j in range(g)]
-    return [(a, b, nbytes / len(src)) for a, b in zip(src, dst)]
-
-
-def send_seconds(
-    links: LinkModel, src_hosts: tuple[int, ...], dst_hosts: tuple[int, ...], nbytes: float
-) -> tuple[float, float, np.ndarray]:
-    """Seconds, bytes (all GPUs) and per-link loads of sending a tensor of ``nbytes`` from one
-    stage to the next: GPU j of the first sends 1/G of it to GPU j of the second."""
-    g = links.topology.gpus_per_node
-    src = np.array([h * g + j for h in src_hosts for j in range(g)])
-    dst = np.array([h * g + j for h in dst_hosts for j in range(g)])
-    per = nbytes / len(src)
-    loads, latency = links._route(src, dst, np.full(len(src), per))
-    seconds = float((loads / links.capacity_Bps).max(initial=0.0)) + latency
-    return seconds, per * len(src), loads
-
-
-@dataclass(frozen=True)
-class BoundarySend:
-    """The activation sent across one stage boundary per micro-batch and its gradient sent
-    back: seconds, bytes (all GPUs) and per-link loads (bytes) each way."""
-
-    src: tuple[int, ...]  # the earlier stage's hosts
-    dst: tuple[int, ...]  # the later stage's hosts
-    forward_s: float
-    forward_bytes: float
-    forward_loads: np.ndarray
-    backward_s: float
-    backward_bytes: float
-    backward_loads: np.ndarray
-
-
-def boundary_sends(links: LinkModel, p: int, boundary_bytes: list[float]) -> list[BoundarySend]:
-    """Every boundary of ``p`` equal-width stages (stage i on hosts i*H .. (i+1)*H - 1), given
-    the activation bytes crossing each per micro-batch."""
-    hosts = links.topology.nodes // p
-    sends = []
-    for i in range(p - 1):
-        src = tuple(range(i * hosts, (i + 1) * hosts))
-        dst = tuple(range((i + 1) * hosts, (i + 2) * hosts))
-        fwd = send_seconds(links, src, dst, boundary_bytes[i])
-        bwd = send_seconds(links, dst, src, boundary_bytes[i])
-        sends.append(BoundarySend(src, dst, *fwd, *bwd))
-    return sends
-
-
-def stage_send_seconds(sends: list[BoundarySend]) -> list[float]:
-    """Seconds per micro-batch each stage spends sending: the activation forward to the next
-    stage and the gradient back to the previous (the sender is charged, as 1F1B overlaps
-    neither with its own compute)."""
-    seconds = [0.0] * (len(sends) + 1)
-    for i, send in enumerate(sends):
-        seconds[i] += send.forward_s
-        seconds[i + 1] += send.backward_s
-    return seconds
 
 
 @dataclass(frozen=True)
@@ -392,8 +339,8 @@ def _agree_on_tied(
     plans = stage_plans
 
     def total(first: _StagePlan, last: _StagePlan) -> float:
-        return first.plan.total_time_s + last.plan.total_time_s + _tied_exchange(
-            micro, links, [first, last], hosts)[0]
+        return first.plan.total_time_s + last.plan.total_time_s + tied_exchange(
+            micro, links, first.plan, last.plan, hosts, p)[0]
 
     for _ in range(TIED_ROUNDS):
         (a, b), (c, d) = ranges[0], ranges[-1]
@@ -517,10 +464,11 @@ def _put_together(
         send_vol[i] += volume.seconds_per_byte * per_gpu
         send_vol[i + 1] += volume.seconds_per_byte * per_gpu
         loads += m * (send.forward_loads + send.backward_loads)
-        flows += _flows(send.src, send.dst, topology.gpus_per_node, m * boundary[i])
-        flows += _flows(send.dst, send.src, topology.gpus_per_node, m * boundary[i])
+        flows += send_flows(send.src, send.dst, topology.gpus_per_node, m * boundary[i])
+        flows += send_flows(send.dst, send.src, topology.gpus_per_node, m * boundary[i])
         p2p_bytes += m * (send.forward_bytes + send.backward_bytes)
-    tied_s, tied_bytes, tied_loads = _tied_exchange(micro, links, stage_plans, hosts)
+    tied_s, tied_bytes, tied_loads = tied_exchange(
+        micro, links, stage_plans[0].plan, stage_plans[-1].plan, hosts, p)
     loads += tied_loads
     for i, sp in enumerate(stage_plans):
         own = sp.plan.total_time_s - sp.sync_s
@@ -560,173 +508,6 @@ def one_f_one_b_busy(microbatch_s: list[float], m: int) -> float:
     given each stage's seconds per micro-batch (forward plus backward plus its sends): the
     slowest stage paces ``m - 1`` of them and every stage is crossed once."""
     return (m - 1) * max(microbatch_s) + sum(microbatch_s)
-
-
-def tied_head(micro: OpGraph, ops: set[str] | None = None) -> tuple[OpSpec, int] | None:
-    """The op (among ``ops``, default all) reading a tied weight, and that input's position;
-    None without one."""
-    return next(
-        (
-            (op, pos)
-            for op in micro.ops
-            for pos, t in enumerate(op.inputs)
-            if micro.tensors[t].tied and (ops is None or op.name in ops)
-        ),
-        None,
-    )
-
-
-def tied_held_bytes(micro: OpGraph, op: OpSpec, pos: int, strategy: Strategy) -> float:
-    """Bytes per GPU of the tied weight's shard ``op`` holds under ``strategy``."""
-    return float(shard(
-        micro.tensors[op.inputs[pos]], op.input_letters[pos], strategy,
-        pad_factor(micro, op, strategy, op.input_letters[pos]),
-    ))
-
-
-def tied_shard_bytes(micro: OpGraph, last: Plan, first: Plan | None = None) -> float | None:
-    """Bytes per GPU the first and the last stage exchange each step of a tied embedding's
-    gradient: the shard the last stage's head holds, or, when the first stage's embedding
-    (``first``'s plan, if given) holds the weight split another way, the whole weight (the
-    gradient is then summed whole and split again). None without a tied head there."""
-    head = tied_head(micro, {o.name for o in last.ops})
-    if head is None:
-        return None
-    op, pos = head
-    strategy = next(o.strategy for o in last.ops if o.name == op.name)
-    held = tied_held_bytes(micro, op, pos, strategy)
-    owner = micro.tensors[op.inputs[pos]].tied_to
-    theirs = _tied_layout(micro, first, owner) if first is not None else None
-    same = theirs is None or strategy.layout(op.input_letters[pos])[:2] == theirs
-    return held if same else float(micro.tensors[owner].nbytes)
-
-
-def tied_exchange_seconds(
-    links: LinkModel, first: tuple[int, ...], last: tuple[int, ...], held_bytes: float
-) -> float:
-    """Seconds of the tied gradient's exchange between the first and last stage's hosts when
-    each GPU holds ``held_bytes`` of it (both ways at once)."""
-    gpus = len(first) * links.topology.gpus_per_node
-    return max(send_seconds(links, first, last, held_bytes * gpus)[0],
-               send_seconds(links, last, first, held_bytes * gpus)[0])
-
-
-def tied_exchange_extra(
-    problem: SearchProblem,
-    micro: OpGraph,
-    links: LinkModel,
-    hosts: int,
-    p: int,
-    first: Plan | None = None,
-) -> tuple[str, np.ndarray] | None:
-    """The node of ``problem`` holding the op that reads the tied weight after the layers, and
-    the seconds per strategy of the tied gradient's exchange (:func:`tied_exchange_seconds`,
-    as the last of ``p`` stages of ``hosts`` hosts pays it): its shard, or the whole weight
-    where the first stage's embedding (``first``, if given) holds it split another way (as
-    :func:`tied_shard_bytes` prices it); None without a tied weight there."""
-    end = max(i for i, op in enumerate(micro.ops) if op.layer is not None)
-    head = tied_head(micro, {op.name for op in micro.ops[end + 1:]})
-    if head is None:
-        return None
-    op, pos = head
-    node = next((n for n, names in problem.members.items() if op.name in names), None)
-    if node is None:
-        return None
-    owner = micro.tensors[op.inputs[pos]].tied_to
-    theirs = _tied_layout(micro, first, owner) if first is not None else None
-    whole = float(micro.tensors[owner].nbytes)
-    return node, _exchanges(links, hosts, p, [
-        tied_held_bytes(micro, op, pos, st)
-        if theirs is None or st.layout(op.input_letters[pos])[:2] == theirs else whole
-        for st in problem.strategies[node]
-    ])
-
-
-def _exchanges(links: LinkModel, hosts: int, p: int, held_bytes: list[float]) -> np.ndarray:
-    """:func:`tied_exchange_seconds` between the first and the last of ``p`` stages of
-    ``hosts`` hosts, for each of ``held_bytes`` (bytes per GPU)."""
-    span0, span1 = tuple(range(hosts)), tuple(range((p - 1) * hosts, p * hosts))
-    return np.array([tied_exchange_seconds(links, span0, span1, b) for b in held_bytes])
-
-
-def embedding_exchange_extra(
-    problem: SearchProblem, micro: OpGraph, links: LinkModel, hosts: int, p: int, last: Plan
-) -> tuple[str, np.ndarray] | None:
-    """The first stage's side of :func:`tied_exchange_extra`: the node of ``problem`` holding
-    the op that reads the tied weight's owner before the layers, and per strategy the seconds
-    of the exchange with ``last``'s LM head (its shard where both split the weight alike, the
-    whole weight otherwise); None without a tied head in ``last``."""
-    head = tied_head(micro, {o.name for o in last.ops})
-    if head is None:
-        return None
-    op, pos = head
-    strategy = next(o.strategy for o in last.ops if o.name == op.name)
-    owner = micro.tensors[op.inputs[pos]].tied_to
-    reader = next((o for o in micro.ops if owner in o.inputs), None)
-    node = None if reader is None else next(
-        (n for n, names in problem.members.items() if reader.name in names), None)
-    if reader is None or node is None:
-        return None
-    theirs = strategy.layout(op.input_letters[pos])[:2]
-    letters = reader.input_letters[reader.inputs.index(owner)]
-    shard = tied_held_bytes(micro, op, pos, strategy)
-    whole = float(micro.tensors[owner].nbytes)
-    return node, _exchanges(links, hosts, p, [
-        shard if st.layout(letters)[:2] == theirs else whole for st in problem.strategies[node]
-    ])
-
-
-def _tied_layout(micro: OpGraph, first: Plan, owner: str) -> tuple | None:
-    """How the first stage's reader of the tied weight ``owner`` splits it (per level, per
-    dim), or None when no op of ``first`` reads it."""
-    mine = {o.name: o.strategy for o in first.ops}
-    reader = next((o for o in micro.ops if owner in o.inputs and o.name in mine), None)
-    if reader is None:
-        return None
-    return mine[reader.name].layout(reader.input_letters[reader.inputs.index(owner)])[:2]
-
-
-def with_tied_exchange(
-    problem: SearchProblem,
-    micro: OpGraph,
-    links: LinkModel,
-    hosts: int,
-    p: int,
-    first: Plan | None = None,
-) -> SearchProblem:
-    """``problem`` with the op reading the tied weight after the layers priced with the tied
-    gradient's exchange it makes (:func:`tied_exchange_extra`); ``problem`` itself without a
-    tied weight there."""
-    found = tied_exchange_extra(problem, micro, links, hosts, p, first)
-    return problem if found is None else _plus_seconds(problem, *found)
-
-
-def _plus_seconds(problem: SearchProblem, node: str, extra: np.ndarray) -> SearchProblem:
-    """``problem`` with ``extra`` seconds per strategy on ``node`` (every option)."""
-    times = dict(problem.option_time)
-    times[node] = {rc: t + extra[:, None] for rc, t in problem.option_time[node].items()}
-    return replace(problem, option_time=times)
-
-
-def _tied_exchange(
-    micro: OpGraph, links: LinkModel, stage_plans: list[_StagePlan], hosts: int
-) -> tuple[float, float, np.ndarray]:
-    """Seconds, bytes (all GPUs) and link loads of the once-per-step all-reduce of a tied
-    embedding's gradient between the first and the last stage (Megatron's embedding group):
-    GPU j of each holds the same shard, and the pair exchange it both ways at once."""
-    none = (0.0, 0.0, np.zeros(len(links.links)))
-    if len(stage_plans) < 2:
-        return none
-    held = tied_shard_bytes(micro, stage_plans[-1].plan, stage_plans[0].plan)
-    if held is None:
-        return none
-    p = len(stage_plans)
-    first_hosts = tuple(range(hosts))
-    last_hosts = tuple(range((p - 1) * hosts, p * hosts))
-    gpus = hosts * links.topology.gpus_per_node
-    there_s, there_b, there = send_seconds(links, first_hosts, last_hosts, held * gpus)
-    back_s, back_b, back = send_seconds(links, last_hosts, first_hosts, held * gpus)
-    return max(there_s, back_s), there_b + back_b, there + back
 
 
 def _boundary_bytes(micro: OpGraph, ranges: list[tuple[int, int]]) -> list[float]:
@@ -774,7 +555,7 @@ def _plan_stage(
             return problem
         if head and last is not None:
             found = embedding_exchange_extra(problem, micro, links, hosts, p, last)
-            return problem if found is None else _plus_seconds(problem, *found)
+            return problem if found is None else plus_seconds(problem, *found)
         if not tail:
             return problem
         return with_tied_exchange(problem, micro, links, hosts, p, first)

@@ -17,7 +17,7 @@ its ops (dropping ops keeps the others' costs and edges, and every cost is non-n
 layer's least cost for every layer dropped; ``own_j`` is at least the cheapest options of its ops
 without gradient sync. These bounds grow with ``k``, so the least over all layer splits of the
 largest of them is found exactly by a threshold search (:func:`least_max_over_splits`). The
-sends (:func:`~taps_core.search.pipeline.send_seconds`) depend on the shape only. The cheaper
+sends (:func:`~taps_core.search.sends.send_seconds`) depend on the shape only. The cheaper
 bound ``floor * (m + p - 1) / m`` (every FLOP at peak, no communication) closes a shape without
 a solve when it already suffices. Memory is not used, so the bound is loose where memory binds
 hard (the 1T GPT), and where one stage's gradient sync is large while another paces the step.
@@ -43,16 +43,18 @@ from taps_core.search.memory_bound import memory_of
 from taps_core.search.pipeline import (
     PIPELINE_ZERO,
     all_stage_counts,
-    boundary_sends,
     layer_range,
-    send_seconds,
     stage_graph,
-    stage_send_seconds,
     valid_microbatches,
-    with_tied_exchange,
 )
 from taps_core.search.pipeline_dual import dual_bound
 from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
+from taps_core.search.sends import (
+    boundary_sends,
+    send_seconds,
+    stage_send_seconds,
+    with_tied_exchange,
+)
 
 MAX_STAGE_SOLVES = 24  # shapes given the exact stage bound; the rest keep the compute bound
 FIT_DOUBLINGS = 40  # Lagrange multipliers doubled until a stage's part fits the memory limit
@@ -470,7 +472,7 @@ def _outside(micro: OpGraph, *, before: bool) -> OpGraph:
 
 def _tied_floor_s(micro: OpGraph, topology: Topology, links: LinkModel, p: int) -> float:
     """Seconds the first and last stage at least spend exchanging a tied embedding's gradient
-    once per step (:func:`~taps_core.search.pipeline._tied_exchange`): each GPU's shard holds at
+    once per step (:func:`~taps_core.search.sends.tied_exchange`): each GPU's shard holds at
     least 1/G of it, so together they send at least the whole tensor both ways; 0 untied."""
     tied = [t.nbytes for t in micro.tensors.values() if t.tied]
     if not tied:
@@ -485,7 +487,7 @@ def _tied_floor_s(micro: OpGraph, topology: Topology, links: LinkModel, p: int) 
 def _sends(micro: OpGraph, links: LinkModel, p: int, span: tuple[int, int]) -> list[float]:
     """Seconds per micro-batch each stage spends sending (forward to the next, the gradient
     back to the previous): the same helpers as the pipeline's own step
-    (:func:`~taps_core.search.pipeline.boundary_sends`), so bound and plan agree."""
+    (:func:`~taps_core.search.sends.boundary_sends`), so bound and plan agree."""
     last = [op for op in micro.ops if op.layer == span[0]][-1]
     nbytes = float(micro.tensors[last.output].nbytes)
     return stage_send_seconds(boundary_sends(links, p, [nbytes] * (p - 1)))

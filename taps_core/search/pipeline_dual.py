@@ -41,13 +41,15 @@ from taps_core.ir.strategies import SearchSpace
 from taps_core.models import build_graph
 from taps_core.search.pipeline import (
     PIPELINE_ZERO,
-    boundary_sends,
     layer_range,
     stage_graph,
+)
+from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
+from taps_core.search.sends import (
+    boundary_sends,
     stage_send_seconds,
     tied_exchange_extra,
 )
-from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
 from taps_core.solver.elimination import reduce_to
 from taps_core.solver.problem import CostGraph
 
