@@ -92,7 +92,7 @@ def _headline(plans: dict[str, Plan | NotFitting], taps: Plan) -> None:
             col.metric(
                 f"TAPS vs {plan_name(label)}",
                 f"{abs(100 * r):.0f}% {'less' if r >= 0 else 'more'} comm.",
-                delta=f"its step takes {ratio:.2g}× TAPS's",
+                delta=f"its step takes {ratio:.3g}× TAPS's",
                 delta_color="off",
                 help="Communication time per step of TAPS relative to this plan; below, how "
                 "much longer this plan's whole step (compute + communication) is",
