@@ -7,7 +7,7 @@ import json
 import streamlit as st
 
 from dashboard import cache, state
-from dashboard.charts import link_diff_figure, plan_name, time_figure
+from dashboard.charts import link_diff_figure, plan_name, same_link_bytes, time_figure
 from dashboard.graph_view import dag_figure, dag_layout, op_rows
 from dashboard.widgets import (
     context_caption,
@@ -211,7 +211,14 @@ def _strategy_diff(taps: Plan, other: Plan, label: str, graph: OpGraph, expand: 
 def _per_link(taps: Plan, other: Plan) -> None:
     """The links whose traffic differs most between TAPS and the baseline."""
     st.subheader("Per-link differences")
+    if same_link_bytes(taps, other):
+        st.info(
+            f"TAPS and the {plan_name(other.label)} plan send the same bytes over every link, "
+            "so there is no difference to draw."
+        )
+        return
     show_chart(link_diff_figure(taps, other), "compare_links")
+
 
 
 def _downloads(ctx: state.Context, plans: dict[str, Plan | NotFitting], label: str) -> None:

@@ -372,6 +372,18 @@ def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
     )
 
 
+def same_link_bytes(a: Plan, b: Plan, rel: float = 1e-9) -> bool:
+    """Whether two plans load every directed link with the same bytes (within ``rel`` of the
+    busiest link): then a "where they differ most" chart would show equal pairs of bars."""
+    bytes_a = {(k.src, k.dst): k.bytes for k in a.links}
+    bytes_b = {(k.src, k.dst): k.bytes for k in b.links}
+    scale = max([*bytes_a.values(), *bytes_b.values(), 1.0])
+    return all(
+        abs(bytes_a.get(key, 0.0) - bytes_b.get(key, 0.0)) <= rel * scale
+        for key in bytes_a.keys() | bytes_b.keys()
+    )
+
+
 def link_diff_figure(taps: Plan, other: Plan, top: int = 20) -> go.Figure:
     """Per-link bytes of TAPS and another plan, for the links where they differ most.
 

@@ -15,6 +15,7 @@ from dashboard.charts import (
     lever_labels,
     log_ticks,
     memory_figure,
+    same_link_bytes,
     sweep_figure,
     time_figure,
 )
@@ -143,6 +144,7 @@ def test_dag_figure_highlight_and_legend(gpt2):
     graph, topo, plan = gpt2
     other = compare(graph, topo)["volume"]
     differ = {a.name for a, b in zip(plan.ops, other.ops) if a.strategy != b.strategy}
+    assert same_link_bytes(plan, plan) and not same_link_bytes(plan, other)
     fig = dag_figure(plan, graph, highlight=differ, baseline="volume")
     names = [t.name for t in fig.data if t.name]
     assert "differs from volume" in names and "identical layers (drawn once)" in names
