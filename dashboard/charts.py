@@ -539,10 +539,14 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     Points not computed yet are gaps bridged by the line, so a sweep in progress shows its
     shape.
     """
+    bubble = any(  # pipelined plans' steps include the fill-and-drain idle time
+        q.fits and q.bubble_time_s for p in sw.points if p is not None for q in p.plans.values()
+    )
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4], vertical_spacing=0.1,
         subplot_titles=(
-            "Step time per plan (compute + communication, no overlap)",
+            "Step time per plan (compute + communication"
+            + (" + pipeline bubble" if bubble else "") + ", no overlap)",
             "Its parts: communication (solid) and compute (dotted)",
         ),
     )
