@@ -24,6 +24,7 @@ import argparse
 import math
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -48,6 +49,7 @@ LOAD = os.getloadavg()
 CHART = ".js-plotly-plot .main-svg"
 PAGE_TIMEOUT_S = 600.0  # a page that takes longer is reported as "> 600 s", not waited for
 QUIET_S, POLL_MS = 0.3, 50  # the run counts as over after QUIET_S without running or spinner
+CHART_GRACE_S = 3.0  # after the run, how long a page without a drawn chart is waited for
 # Streamlit 1.67 marks the run on the app root (stStatusWidget is not drawn in this setup)
 PROBE_JS = """() => [
   document.querySelector('[data-testid="stApp"]')?.getAttribute('data-test-script-state') ?? null,
@@ -105,9 +107,11 @@ def page_state(page) -> tuple[str | None, bool, bool]:
 
 
 def watch(page, start: float, timeout_s: float = PAGE_TIMEOUT_S) -> Timing:
-    """Times, from ``start`` (perf_counter), of the first chart and of the run being over:
+    """Times, from ``start`` (perf_counter), of the first chart and of the page being done:
     ``data-test-script-state`` "notRunning" and no spinner for QUIET_S in a row (a rerun the
-    script asks for in between starts the wait again). Gives up after ``timeout_s``."""
+    script asks for in between starts the wait again), and its charts drawn (plotly draws
+    after the run; a page without a chart is done CHART_GRACE_S after its run). Gives up
+    after ``timeout_s``."""
     chart_s = quiet_since = None
     deadline = start + timeout_s
     while (now := time.perf_counter()) < deadline:
@@ -116,8 +120,9 @@ def watch(page, start: float, timeout_s: float = PAGE_TIMEOUT_S) -> Timing:
             chart_s = now - start
         if state == "notRunning" and not spinner:
             quiet_since = quiet_since or now
-            if now - quiet_since >= QUIET_S:
-                return Timing(chart_s, quiet_since - start)
+            quiet_s = now - quiet_since
+            if quiet_s >= QUIET_S and (chart_s is not None or quiet_s >= CHART_GRACE_S):
+                return Timing(chart_s, max(quiet_since - start, chart_s or 0.0))
         else:
             quiet_since = None
         page.wait_for_timeout(POLL_MS)
@@ -157,6 +162,11 @@ def timed_until(page, action, text: str) -> float:
     elapsed = time.perf_counter() - start
     idle(page)
     return elapsed
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so ``finally`` blocks still stop the server we started."""
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def launch(p):
@@ -340,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"chromium not found at {CHROMIUM} (apt-get install chromium)")
     global LOAD
     LOAD = os.getloadavg()
+    exit_on_sigterm()
     port = free_port()
     log = ROOT / "test-artifacts" / "dashboard_speed.log"
     log.parent.mkdir(exist_ok=True)

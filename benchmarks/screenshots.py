@@ -7,17 +7,19 @@ over, charts drawn; at most PAGE_TIMEOUT_S) and screenshots the main area with t
 grown to the content's height (Streamlit scrolls inside its own container, so a full-page
 screenshot would stop at the fold). Writes ``<out>/<case>-<page>.png`` and SCREENSHOTS.md beside
 the folder (docs/screenshots and docs/SCREENSHOTS.md by default), listing each picture with what
-it shows and how long the page took.
+it shows and how long the page took. A run with ``--cases`` / ``--pages`` retakes only those;
+the page lists every shot recorded in ``<out>/shots.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import os
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks.dashboard_speed import (
@@ -25,6 +27,7 @@ from benchmarks.dashboard_speed import (
     PAGE_TIMEOUT_S,
     ROOT,
     Timing,
+    exit_on_sigterm,
     free_port,
     launch,
     open_timed,
@@ -55,6 +58,7 @@ WIDTH_PX, MIN_HEIGHT_PX, MAX_HEIGHT_PX = 1600, 1000, 8000
 BOTTOM_MARGIN_PX = 48
 SETTLE_MS = 500  # plotly finishes laying out text after the run is over
 MAIN = '[data-testid="stMain"]'
+RECORDS = "shots.json"  # beside the PNGs: what each was seen to hold, its timing, when taken
 MAIN_HEIGHT_JS = """() => {  // from the main area's top to the last element's bottom
   const main = document.querySelector('[data-testid="stMain"]');
   const body = document.querySelector('[data-testid="stMainBlockContainer"] > div');
@@ -67,16 +71,20 @@ COUNT_JS = """sel => document.querySelectorAll(sel).length"""
 
 @dataclass(frozen=True)
 class Shot:
-    """One page's screenshot: where, how long the page took, what was on it."""
+    """One page's screenshot: its file, how long the page took (None: not done within
+    ``timeout_s``), what was on it and when it was taken; kept in RECORDS beside the PNGs."""
 
     case: str
     page: str
-    path: Path
-    timing: Timing
+    file: str
+    done_s: float | None
+    chart_s: float | None
     charts: int
     warnings: int
     errors: int
     height_px: int
+    timeout_s: float
+    taken: str  # local time, YYYY-MM-DD HH:MM
 
 
 def app_pages() -> dict[str, str]:
@@ -129,37 +137,58 @@ def shoot_case(browser, base: str, case: str, pages: list[str], out: Path, timeo
             yield Shot(
                 case,
                 name,
-                path,
-                timing,
+                path.name,
+                timing.done_s,
+                timing.chart_s,
                 charts=count(page, ".js-plotly-plot"),
                 warnings=count(page, '[data-testid="stAlertContentWarning"]'),
                 errors=count(page, ERRORS),
                 height_px=height_px,
+                timeout_s=timeout_s,
+                taken=time.strftime("%Y-%m-%d %H:%M"),
             )
     finally:
         ctx.close()
 
 
-def done_text(t: Timing, timeout_s: float) -> str:
+def load_records(out: Path) -> dict[str, Shot]:
+    """The shots recorded in ``out`` by earlier runs (by file name); none if never run."""
+    path = out / RECORDS
+    if not path.is_file():
+        return {}
+    return {r["file"]: Shot(**r) for r in json.loads(path.read_text())}
+
+
+def save_records(out: Path, shots: dict[str, Shot]) -> list[Shot]:
+    """Write ``shots`` to ``out``/RECORDS, in CASES x pages order; returns them in that order."""
+    pages = list(app_pages())
+    order = sorted(
+        shots.values(),
+        key=lambda s: (list(CASES).index(s.case), pages.index(s.page) if s.page in pages else 99),
+    )
+    (out / RECORDS).write_text(json.dumps([asdict(s) for s in order], indent=1) + "\n")
+    return order
+
+
+def done_text(shot: Shot) -> str:
     """'6.1 s', or '> 600 s (not done)' when the page did not finish."""
-    return f"> {timeout_s:g} s (not done)" if t.done_s is None else f"{t.done_s:.1f} s"
+    return f"> {shot.timeout_s:g} s (not done)" if shot.done_s is None else f"{shot.done_s:.1f} s"
 
 
-def shot_line(shot: Shot, md_dir: Path, titles: dict[str, str], timeout_s: float) -> str:
+def shot_line(shot: Shot, link_dir: str, titles: dict[str, str]) -> str:
     """One table row: page, picture link, what it shows (and what was seen), time to done."""
     seen = [f"{shot.charts} chart{'s' * (shot.charts != 1)}"]
     seen += [f"{shot.warnings} warning box(es)"] if shot.warnings else []
     seen += [f"**{shot.errors} error box(es)**"] if shot.errors else []
     if shot.height_px > MAX_HEIGHT_PX:
         seen.append(f"cut at {MAX_HEIGHT_PX} px of {shot.height_px}")
-    link = os.path.relpath(shot.path, md_dir)
     return (
-        f"| {titles[shot.page]} | [{shot.path.name}]({link}) | {SHOWS.get(shot.page, '')} "
-        f"({', '.join(seen)}) | {done_text(shot.timing, timeout_s)} |"
+        f"| {titles.get(shot.page, shot.page)} | [{shot.file}]({link_dir}/{shot.file}) "
+        f"| {SHOWS.get(shot.page, '')} ({', '.join(seen)}) | {done_text(shot)} | {shot.taken} |"
     )
 
 
-def markdown(shots: list[Shot], md_dir: Path, timeout_s: float, load: tuple[float, ...]) -> str:
+def markdown(shots: list[Shot], link_dir: str, load: tuple[float, float]) -> str:
     """SCREENSHOTS.md: the command, date and machine, then a table per case."""
     titles = app_pages()
     lines = [
@@ -168,14 +197,15 @@ def markdown(shots: list[Shot], md_dir: Path, timeout_s: float, load: tuple[floa
         "Taken by `python -m benchmarks.screenshots` (`--cases`, `--pages`, `--out DIR`): "
         "`streamlit run app.py` and headless Debian chromium (Playwright), viewport "
         f"{WIDTH_PX} px wide and as tall as the page (at most {MAX_HEIGHT_PX} px), main area "
-        f"only. {time.strftime('%Y-%m-%d')}; machine: {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, load average {load[0]:.1f} at the start and "
-        f"{os.getloadavg()[0]:.1f} at the end (the cores are shared: times are noisy).",
+        f"only. Machine: {os.cpu_count()} cores, Python {platform.python_version()}; load "
+        f"average {load[0]:.1f} at the start of the last run and {load[1]:.1f} at its end "
+        "(the cores are shared with other work: times are noisy).",
         "",
         "\"Done\" is the time from opening the page's URL in a new Streamlit session until "
-        "its script run is over (no running state, no spinner). Pages are opened in the order "
-        "below, so the Plan page includes the search and later pages reuse the server's "
-        f"cached plan; each wait gives up after {timeout_s:g} s.",
+        "its script run is over (no running state, no spinner), at most the run's timeout "
+        "per page. One run opens a case's pages in the order below on a freshly started "
+        "server, so the Plan page includes the search and later pages reuse the cached plan; "
+        "a page taken alone (`--pages`) includes its own searches.",
     ]
     for case in dict.fromkeys(s.case for s in shots):
         what, query = CASES[case]
@@ -183,31 +213,40 @@ def markdown(shots: list[Shot], md_dir: Path, timeout_s: float, load: tuple[floa
             "",
             f"## {what} (`{query}`)",
             "",
-            "| page | picture | what it shows | done |",
-            "|---|---|---|---|",
-            *(shot_line(s, md_dir, titles, timeout_s) for s in shots if s.case == case),
+            "| page | picture | what it shows | done | taken |",
+            "|---|---|---|---|---|",
+            *(shot_line(s, link_dir, titles) for s in shots if s.case == case),
         ]
     return "\n".join([*lines, ""])
 
 
 def run(cases: list[str], pages: list[str], out: Path, timeout_s: float) -> list[Shot]:
-    """Start a server, take every (case, page) screenshot into ``out``, stop the server."""
+    """Start a server, take every (case, page) screenshot into ``out``, stop the server.
+    RECORDS and SCREENSHOTS.md (beside ``out``) are rewritten after every shot, merged with
+    the shots of earlier runs that this one does not retake."""
     from playwright.sync_api import sync_playwright
 
     out.mkdir(parents=True, exist_ok=True)
+    md = out.parent / "SCREENSHOTS.md"
+    records = load_records(out)
+    load_start = os.getloadavg()[0]
     log = ROOT / "test-artifacts" / "screenshots.log"
     log.parent.mkdir(exist_ok=True)
     port = free_port()
     proc = start_server(port, log)
-    base = f"http://127.0.0.1:{port}"
     shots: list[Shot] = []
     try:
         with sync_playwright() as p:
             browser = launch(p)
             for case in cases:
+                base = f"http://127.0.0.1:{port}"
                 for shot in shoot_case(browser, base, case, pages, out, timeout_s):
-                    print(f"{shot.path.name}: {done_text(shot.timing, timeout_s)}", flush=True)
+                    print(f"{shot.file}: {done_text(shot)}", flush=True)
                     shots.append(shot)
+                    records[shot.file] = shot
+                    ordered = save_records(out, records)
+                    link_dir = os.path.relpath(out, md.parent)
+                    md.write_text(markdown(ordered, link_dir, (load_start, os.getloadavg()[0])))
             browser.close()
     finally:
         stop_server(proc)
@@ -223,18 +262,16 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         type=Path,
         default=ROOT / "docs" / "screenshots",
-        help="folder of the PNGs; SCREENSHOTS.md is written beside it (in its parent)",
+        help="folder of the PNGs and their records; SCREENSHOTS.md is written in its parent",
     )
     ap.add_argument("--timeout", type=float, default=PAGE_TIMEOUT_S, help="seconds per page")
     args = ap.parse_args(argv)
     if not os.access(CHROMIUM, os.X_OK):
         raise SystemExit(f"chromium not found at {CHROMIUM} (apt-get install chromium)")
-    load = os.getloadavg()
+    exit_on_sigterm()
     shots = run(args.cases, args.pages, args.out, args.timeout)
-    md = args.out.parent / "SCREENSHOTS.md"
-    md.write_text(markdown(shots, md.parent, args.timeout, load))
-    print(f"wrote {len(shots)} screenshots into {args.out} and {md}")
-    return 0 if all(s.timing.done_s is not None and not s.errors for s in shots) else 1
+    print(f"wrote {len(shots)} screenshots into {args.out}; the list: SCREENSHOTS.md beside it")
+    return 0 if all(s.done_s is not None and not s.errors for s in shots) else 1
 
 
 if __name__ == "__main__":

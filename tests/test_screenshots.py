@@ -41,3 +41,4 @@ def test_one_page_screenshot_is_a_plausible_png(tmp_path):
     assert 20_000 < len(data) < 5_000_000, len(data)
     md = (tmp_path / "SCREENSHOTS.md").read_text()
     assert "(screenshots/gpt2-how-it-works.png)" in md and "How it works" in md
+    assert (out / "shots.json").is_file()
