@@ -7,7 +7,7 @@ import json
 import streamlit as st
 
 from dashboard import cache, state
-from dashboard.charts import link_diff_figure, plan_name, time_figure
+from dashboard.charts import link_diff_figure, plan_name, same_link_bytes, time_figure
 from dashboard.graph_view import dag_figure, dag_layout, op_rows
 from dashboard.widgets import (
     context_caption,
@@ -81,6 +81,16 @@ def _search(ctx: state.Context) -> tuple[dict[str, Plan | NotFitting], Plan]:
     return plans, taps
 
 
+def step_ratio_words(ratio: float) -> str:
+    """A baseline's step against TAPS's: '1.29× TAPS's', or in percent below 1.1×
+    ('0.32% longer than TAPS's'), where a ratio would round to 1×."""
+    if ratio >= 1.1:
+        return f"{ratio:.3g}× TAPS's"
+    if abs(ratio - 1) < 5e-5:
+        return "as long as TAPS's"
+    return f"{100 * abs(ratio - 1):.2g}% {'longer' if ratio > 1 else 'less'} than TAPS's"
+
+
 def _headline(plans: dict[str, Plan | NotFitting], taps: Plan) -> None:
     """TAPS against each baseline in figures, the plans that do not fit, the time chart."""
     c = st.columns(3)
@@ -92,7 +102,7 @@ def _headline(plans: dict[str, Plan | NotFitting], taps: Plan) -> None:
             col.metric(
                 f"TAPS vs {plan_name(label)}",
                 f"{abs(100 * r):.0f}% {'less' if r >= 0 else 'more'} comm.",
-                delta=f"its step takes {ratio:.2g}× TAPS's",
+                delta=f"its step takes {step_ratio_words(ratio)}",
                 delta_color="off",
                 help="Communication time per step of TAPS relative to this plan; below, how "
                 "much longer this plan's whole step (compute + communication) is",
@@ -211,7 +221,14 @@ def _strategy_diff(taps: Plan, other: Plan, label: str, graph: OpGraph, expand: 
 def _per_link(taps: Plan, other: Plan) -> None:
     """The links whose traffic differs most between TAPS and the baseline."""
     st.subheader("Per-link differences")
+    if same_link_bytes(taps, other):
+        st.info(
+            f"TAPS and the {plan_name(other.label)} plan send the same bytes over every link, "
+            "so there is no difference to draw."
+        )
+        return
     show_chart(link_diff_figure(taps, other), "compare_links")
+
 
 
 def _downloads(ctx: state.Context, plans: dict[str, Plan | NotFitting], label: str) -> None:

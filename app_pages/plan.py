@@ -314,7 +314,9 @@ def your_configuration(ctx: state.Context, plan: Plan) -> None:
     spec = st.text_input(
         "Your configuration",
         key="plan_yours",
-        placeholder="tp=8,pp=8,dp=24,mbs=1,sp=1,recompute=full,zero=1",
+        # an example the sample transformers accept on any preset (tp 2 divides their head
+        # counts, pp 1 any host count), not one cluster's numbers (dp=24 meant 1536 GPUs)
+        placeholder="e.g. tp=2,pp=1,mbs=1,recompute=full,zero=1",
         max_chars=8000,
         help="A Megatron-style configuration (keys tp, pp, dp, mbs, sp, recompute, zero), "
         "or paste Megatron-LM's arguments (--tensor-model-parallel-size 8 ...) or a DeepSpeed "

@@ -58,7 +58,8 @@ def main() -> None:
     lo, hi = sorted((float(ss["sweep_lo"]), float(ss["sweep_hi"])))
     labels = tuple(lb for lb in BASELINES if lb in ss["sweep_curves"] or lb == "taps")
     # the cluster's own bandwidth is always a point: there the sweep is the Plan page's plan
-    grid = sweep_grid(lo * 1e9, hi * 1e9, int(ss["sweep_points"]), own_Bps)
+    points = int(ss["sweep_points"])
+    grid = sweep_grid(lo * 1e9, hi * 1e9, points, own_Bps)
     # a slow search previews TAPS warm-started; the finished sweep is the same either way
     here = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes)
     warm = not isinstance(here, cache.Failure) and here.search.time_s > WARM_TAPS_AFTER_S
@@ -90,6 +91,7 @@ def main() -> None:
         done = len(sw.done)
         status.caption(
             f"Planning… {done} of {len(grid)} bandwidths"
+            + (" (the points asked for and this cluster's own)" if len(grid) > points else "")
             + (f", locating {len(sw.changes)} plan change(s)" if done == len(grid) else "")
         )
         chart.plotly_chart(titled(sweep_figure(sw, own_Bps), ctx), theme=None)
@@ -143,9 +145,10 @@ def explain_changes(sw: Sweep) -> None:
     if repeat:
         top = max(p.node_bandwidth_Bps for p in repeat) / 1e9
         st.warning(
-            f"Up to {top:.3g} GB/s per host TAPS's plan has every host repeat at least half "
-            "of the work (hollow marks): the network is so slow that computing the same thing "
-            "on each host is cheaper than splitting it and exchanging data."
+            f"At the swept bandwidths up to {top:.3g} GB/s per host (hollow marks) TAPS's plan "
+            "has every host repeat at least half of the work: the network is so slow that "
+            "computing the same thing on each host is cheaper than splitting it and exchanging "
+            "data."
         )
 
 

@@ -303,27 +303,35 @@ def memory_figure(plan: Plan) -> go.Figure:
 # ---- compare page ---------------------------------------------------------------------------
 
 
+def time_unit(longest_s: float) -> tuple[float, str]:
+    """(factor from seconds, unit) for an axis whose longest time is ``longest_s``: ms below
+    10 s, seconds from there (a 154 s step reads "150", not "150k" ms)."""
+    return (1.0, "s") if longest_s >= 10 else (1e3, "ms")
+
+
 def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
     """Step time per plan, compute + communication stacked; plans that do not fit say so."""
     labels = list(plans)
     names = [plan_name(lb) for lb in labels]
-    comp = [p.compute_time_s * 1e3 if isinstance(p, Plan) else 0.0 for p in plans.values()]
-    comm = [p.comm_time_s * 1e3 if isinstance(p, Plan) else 0.0 for p in plans.values()]
-    bubble = [p.bubble_time_s * 1e3 if isinstance(p, Plan) else 0.0 for p in plans.values()]
+    fitting = [p for p in plans.values() if isinstance(p, Plan)]
+    k, unit = time_unit(max((p.total_time_s for p in fitting), default=0.0))
+    comp = [p.compute_time_s * k if isinstance(p, Plan) else 0.0 for p in plans.values()]
+    comm = [p.comm_time_s * k if isinstance(p, Plan) else 0.0 for p in plans.values()]
+    bubble = [p.bubble_time_s * k if isinstance(p, Plan) else 0.0 for p in plans.values()]
     fig = go.Figure()
     fig.add_bar(
         x=names,
         y=comp,
         name="compute",
         marker_color="#9ca3af",
-        hovertemplate="%{x}<br>compute %{y:.3g} ms<extra></extra>",
+        hovertemplate="%{x}<br>compute %{y:.3g} " + unit + "<extra></extra>",
     )
     fig.add_bar(
         x=names,
         y=comm,
         name="communication (colour per plan)",
         marker_color=[PLAN_COLORS.get(lb, "#333") for lb in labels],
-        hovertemplate="%{x}<br>communication %{y:.3g} ms<extra></extra>",
+        hovertemplate="%{x}<br>communication %{y:.3g} " + unit + "<extra></extra>",
     )
     if any(bubble):  # pipelined plans: the fill-and-drain idle time is part of the step
         fig.add_bar(
@@ -331,7 +339,7 @@ def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
             y=bubble,
             name="pipeline bubble (idle)",
             marker=dict(color="#e5e7eb", pattern=dict(shape="/", fgcolor="#6b7280", size=6)),
-            hovertemplate="%{x}<br>pipeline bubble %{y:.3g} ms<extra></extra>",
+            hovertemplate="%{x}<br>pipeline bubble %{y:.3g} " + unit + "<extra></extra>",
         )
     top = max((a + b + c for a, b, c in zip(comp, comm, bubble)), default=1.0) or 1.0
     for name, p in zip(names, plans.values()):
@@ -347,7 +355,7 @@ def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
         else:
             fig.add_annotation(
                 x=name,
-                y=p.total_time_s * 1e3,
+                y=p.total_time_s * k,
                 text=fmt_seconds(p.total_time_s),
                 showarrow=False,
                 yanchor="bottom",
@@ -360,7 +368,19 @@ def time_figure(plans: dict[str, Plan | NotFitting]) -> go.Figure:
         + (" + pipeline bubble" if any(bubble) else "")
         + ", no overlap)",
         x="plan",
-        y="time per step (ms)",
+        y=f"time per step ({unit})",
+    )
+
+
+def same_link_bytes(a: Plan, b: Plan, rel: float = 1e-9) -> bool:
+    """Whether two plans load every directed link with the same bytes (within ``rel`` of the
+    busiest link): then a "where they differ most" chart would show equal pairs of bars."""
+    bytes_a = {(k.src, k.dst): k.bytes for k in a.links}
+    bytes_b = {(k.src, k.dst): k.bytes for k in b.links}
+    scale = max([*bytes_a.values(), *bytes_b.values(), 1.0])
+    return all(
+        abs(bytes_a.get(key, 0.0) - bytes_b.get(key, 0.0)) <= rel * scale
+        for key in bytes_a.keys() | bytes_b.keys()
     )
 
 
@@ -404,8 +424,11 @@ def link_diff_figure(taps: Plan, other: Plan, top: int = 20) -> go.Figure:
 
 def link_bars_figure(br: LinkBreakdown, *, metric: str, top: int) -> go.Figure:
     """Busiest links stacked by op kind; intra-node links on top, inter-node links below."""
-    values = br.bytes / 1e9 if metric == "bytes" else br.busy_s * 1e3
-    unit = "GB per step" if metric == "bytes" else "busy time per step (ms)"
+    if metric == "bytes":
+        values, unit = br.bytes / 1e9, "GB per step"
+    else:
+        scale, per = time_unit(float(br.busy_s.sum(axis=0).max(initial=0.0)))
+        values, unit = br.busy_s * scale, f"busy time per step ({per})"
     total = values.sum(axis=0)
     inter = np.array([kind == "network" for _, _, kind, _ in br.links])
     groups = [("intra-node links (NVLink / PCIe)", ~inter), ("inter-node links (network)", inter)]
@@ -516,10 +539,14 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
     Points not computed yet are gaps bridged by the line, so a sweep in progress shows its
     shape.
     """
+    bubble = any(  # pipelined plans' steps include the fill-and-drain idle time
+        q.fits and q.bubble_time_s for p in sw.points if p is not None for q in p.plans.values()
+    )
     fig = make_subplots(
         rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4], vertical_spacing=0.1,
         subplot_titles=(
-            "Step time per plan (compute + communication, no overlap)",
+            "Step time per plan (compute + communication"
+            + (" + pipeline bubble" if bubble else "") + ", no overlap)",
             "Its parts: communication (solid) and compute (dotted)",
         ),
     )
@@ -678,11 +705,13 @@ def _sweep_axes(fig: go.Figure, x: list[float], ys: list[float]) -> None:
     ticks = log_ticks(min(x), max(x))
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[f"{t:g}" for t in ticks])
     fig.update_xaxes(title_text="inter-node bandwidth per host (GB/s, log scale)", row=2, col=1)
+    # ticks stay in the data's ms; their text reads seconds once a step reaches 10 s
+    scale, unit = time_unit(max(ys, default=0.0) / 1e3)
     if ys:
         yt = log_ticks(min(ys), max(ys))
-        fig.update_yaxes(type="log", tickvals=yt, ticktext=[f"{t:g}" for t in yt])
-    fig.update_yaxes(title_text="ms per step (log)", row=1, col=1)
-    fig.update_yaxes(title_text="ms per step (log)", row=2, col=1)
+        fig.update_yaxes(type="log", tickvals=yt, ticktext=[f"{t * scale / 1e3:g}" for t in yt])
+    fig.update_yaxes(title_text=f"{unit} per step (log)", row=1, col=1)
+    fig.update_yaxes(title_text=f"{unit} per step (log)", row=2, col=1)
     fig.update_annotations(font_size=13, selector=dict(xref="x domain"))
 
 

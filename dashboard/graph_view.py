@@ -157,7 +157,7 @@ def dag_layout(plan: Plan, graph: OpGraph, *, expand: bool = False) -> DagLayout
         if a is not None and b is not None and index[a] < index[b]:
             dag.add_edge(a, b)
     pos: dict[str, tuple[float, float]] = {}
-    for x, gen in enumerate(nx.topological_generations(dag)):
+    for x, gen in enumerate(nx.topological_generations(_after_layers(dag, plan, index))):
         gen = sorted(gen, key=index.__getitem__)
         for i, name in enumerate(gen):
             pos[name] = (float(x), (len(gen) - 1) / 2 - i)
@@ -171,6 +171,18 @@ def dag_layout(plan: Plan, graph: OpGraph, *, expand: bool = False) -> DagLayout
         for layer, names in by_layer.items()
     ]
     return DagLayout(tuple(shown), pos, tuple(dag.edges), tuple(blocks), groups, expand)
+
+
+def _after_layers(dag: nx.DiGraph, plan: Plan, index: dict[str, int]) -> nx.DiGraph:
+    """``dag`` plus (undrawn) ordering edges from every shown layer op to each op outside the
+    layers that follows it in the plan: folded, the last layer's ops are its representative's,
+    so the tail (ln_f, lm_head, loss) would otherwise sit in the columns of a later block."""
+    ordered = dag.copy()
+    layered = [n for n in dag if plan.ops[index[n]].layer is not None]
+    for name in dag:
+        if plan.ops[index[name]].layer is None:
+            ordered.add_edges_from((u, name) for u in layered if index[u] < index[name])
+    return ordered
 
 
 # ---- what colour an op gets --------------------------------------------------------------------

@@ -365,6 +365,7 @@ def _step_marker(fig: go.Figure, pi: PipelineInfo, cut: Cut | None, scale: float
         y=-0.5,
         yref="y",
         xanchor="right",
+        xshift=-4,  # clear of the dashed line, which would read as a letter after the "s"
         yanchor="bottom",
         showarrow=False,
         text=f"step (engine) {fmt_seconds(pi.step_time_s)}",

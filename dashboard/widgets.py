@@ -352,6 +352,11 @@ def why_this_plan(ctx: Context, plan: Plan) -> None:
         st.caption("One GPU: there is nothing to split.")
     for d in found:
         st.markdown(f"- {d.words}")
+    if plan.pipeline is not None:  # after the list: the search note is in the box above it
+        st.caption(
+            "Decisions priced against runner-ups are shown for plans without pipeline stages; "
+            "the stage plans' own choices are in the graph and table below."
+        )
 
 
 def _base_args(ss: Any) -> tuple:
@@ -411,7 +416,8 @@ def op_table(rows: list[dict], *, extra: tuple[str, ...] = ()) -> None:
 
 
 def pipeline_words(plan: Plan) -> None:
-    """Why a pipelined plan looks the way it does, from its PipelineInfo and search note.
+    """Why a pipelined plan looks the way it does, from its PipelineInfo (the search note is
+    the Plan page's info box, just above).
 
     The engine's decision pricing and its hosts-repeat-work warning read a plan without
     stages (each stage's ops run on the stage's own hosts), so they are not shown here.
@@ -435,12 +441,6 @@ def pipeline_words(plan: Plan) -> None:
         f"{fmt_seconds(slowest.microbatch_s)} per micro-batch; fill and drain leave "
         f"{fmt_seconds(pi.bubble_time_s)} idle (bubble {100 * pi.bubble_fraction:.0f}% of the "
         "pipelined part of the step)."
-    )
-    if plan.search.note:
-        st.markdown(f"- Search: {plan.search.note}.")
-    st.caption(
-        "Decisions priced against runner-ups are shown for plans without pipeline stages; "
-        "the stage plans' own choices are in the graph and table below."
     )
 
 

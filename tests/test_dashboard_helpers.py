@@ -15,6 +15,7 @@ from dashboard.charts import (
     lever_labels,
     log_ticks,
     memory_figure,
+    same_link_bytes,
     sweep_figure,
     time_figure,
 )
@@ -129,6 +130,12 @@ def test_identical_layers_fold(gpt2):
         assert nx.is_directed_acyclic_graph(dag)
         assert all(lay.pos[u][0] < lay.pos[v][0] for u, v in lay.edges)
     assert folded.blocks[0][:2] == (0, 12)
+    # layers 4-7 recomputed: blocks 0-3 and 8-11 (first), 4-7; the tail stays after both
+    mixed = replace(plan, ops=tuple(replace(o, recompute=o.layer in range(4, 8)) for o in plan.ops))
+    lay = dag_layout(mixed, graph)
+    assert [b[:2] for b in lay.blocks] == [(0, 8), (4, 4)]
+    last_layer_x = max(lay.pos[n][0] for _, _, names in lay.blocks for n in names)
+    assert all(lay.pos[n][0] > last_layer_x for n in ("ln_f", "lm_head", "loss"))
     rows = op_rows(plan, graph)
     assert sum(r["× layers"] for r in rows) == len(plan.ops)
 
@@ -137,6 +144,7 @@ def test_dag_figure_highlight_and_legend(gpt2):
     graph, topo, plan = gpt2
     other = compare(graph, topo)["volume"]
     differ = {a.name for a, b in zip(plan.ops, other.ops) if a.strategy != b.strategy}
+    assert same_link_bytes(plan, plan) and not same_link_bytes(plan, other)
     fig = dag_figure(plan, graph, highlight=differ, baseline="volume")
     names = [t.name for t in fig.data if t.name]
     assert "differs from volume" in names and "identical layers (drawn once)" in names
