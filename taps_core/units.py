@@ -19,3 +19,8 @@ def fmt_bytes(b: float) -> str:
         if abs(b) >= size:
             return f"{b / size:.3g} {unit}"
     return f"{b:.0f} B"
+
+
+def fmt_sig(x: float, digits: int = 2) -> str:
+    """``x`` to ``digits`` significant digits, without an exponent (250, not 2.5e+02)."""
+    return f"{float(f'{x:.{digits}g}'):g}"

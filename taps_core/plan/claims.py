@@ -21,8 +21,9 @@ def search_status(plan: Plan) -> str:
                  f"({fmt_seconds(s.lower_bound_s)})")
     if unproven and s.algorithm.endswith("-exhaustive"):
         return (
-            "the fastest framework configuration (every Megatron-LM / DeepSpeed one priced, "
-            "none faster without stages); other pipeline shapes not proven" + floor
+            "the fastest framework configuration (every Megatron-LM / DeepSpeed one priced or "
+            "bounded out by its compute, none faster without stages); other pipeline shapes "
+            "not proven" + floor
         )
     if unproven and FLAT_PROVEN in s.note and plan.pipeline is None:
         return (
@@ -42,8 +43,10 @@ def search_status(plan: Plan) -> str:
     if s.status == "feasible":
         tail = "; other pipeline shapes not proven" if unproven else ""
         if s.lower_bound_s is not None and s.lower_bound_s > 0:
+            over = "the bound proven over every plan, pipelined or not" if unproven else (
+                "the proven bound")
             return (
-                f"best found, within {100 * gap(plan):.2g}% of the proven bound "
+                f"best found, within {100 * gap(plan):.2g}% of {over} "
                 f"({fmt_seconds(s.lower_bound_s)})" + tail
             )
         return "best found (no bound proven)" + tail

@@ -24,6 +24,7 @@ from taps_core.errors import InvalidInputError, TapsError, check_positive
 from taps_core.plan.records import Plan
 from taps_core.plan.report import LETTER_NAMES, fmt_bytes, fmt_seconds, strategy_words
 from taps_core.studies.shape import plan_shape, shape_change_words
+from taps_core.units import fmt_sig
 
 
 @dataclass(frozen=True)
@@ -487,7 +488,7 @@ def change_words(
     """Why TAPS's plan at ``low_Bps`` (``below``) differs from the one at ``high_Bps``."""
     what, why = _diff(below, above, max_ops)
     text = (
-        f"Below {math.sqrt(low_Bps * high_Bps) / 1e9:.2g} GB/s per host (between "
+        f"Below {fmt_sig(math.sqrt(low_Bps * high_Bps) / 1e9)} GB/s per host (between "
         f"{low_Bps / 1e9:.3g} and {high_Bps / 1e9:.3g}) {what}"
     )
     if why:
