@@ -294,10 +294,10 @@ def decisions(
                 return op.name not in ns or all(c != ch for c, _ in s.level(lv))
 
         try:  # the Lagrangian's bound and best fitting plan: no front search (fast, exact
-            # enough to price a choice, the same on every machine)
+            # enough to price a choice) and no clock, so the same on every machine and load
             other = search(
                 graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, allow=allow,
-                exact_fronts=False,
+                exact_fronts=False, time_budget_s=None,
             )
         except TapsError:
             other = None
