@@ -31,6 +31,7 @@ from taps_core.search.memory_bound import (
 )
 from taps_core.search.memory_fit import within_limit
 from taps_core.search.problem import SearchProblem, StrategyFilter, build_problem
+from taps_core.solver.clock import cpu_seconds
 from taps_core.solver.fronts import KnotError, TruncatedError
 from taps_core.units import GiB
 
@@ -304,7 +305,7 @@ def search_flat_at(
         raise InvalidInputError("memory_limit", limit, "> 0")
     comm: CommCost = TopologyCost(links) if cost_model == "topology" else VolumeCost()
     start = time.perf_counter()
-    deadline = math.inf if time_budget_s is None else start + time_budget_s
+    deadline = math.inf if time_budget_s is None else cpu_seconds() + time_budget_s
     # gradient accumulation: k micro-batches never run faster than k's divisors do without a
     # memory limit, so a count is searched only while that bound can still beat the best
     free: dict[int, float] = {}
@@ -319,7 +320,7 @@ def search_flat_at(
         if bound >= bar * (1 - 1e-12):
             cut = cut or best is None
             continue
-        if best is not None and time.perf_counter() > deadline:
+        if best is not None and cpu_seconds() > deadline:
             unexplored.append(bound)  # out of time: only its divisors' bound is known
             continue
         g_k = graph if k == 1 else _micro_graph(graph, k)

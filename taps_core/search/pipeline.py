@@ -53,6 +53,7 @@ from taps_core.search.sends import (
     tied_shard_bytes,
     with_tied_exchange,
 )
+from taps_core.solver.clock import cpu_seconds
 
 SCOUT_STAGE_BUDGET_S = 4.0  # a stage's exact search while comparing settings (then in full)
 PIPELINE_ZERO = (1,)  # the distributed optimizer; ZeRO-2/3 re-gather per micro-batch
@@ -185,7 +186,7 @@ def search_pipeline(
     if not counts:
         return None
     start = time.perf_counter()
-    deadline = math.inf if time_budget_s is None else start + time_budget_s
+    deadline = math.inf if time_budget_s is None else cpu_seconds() + time_budget_s
     links = links or LinkModel(topology)
     limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     batch = cfg.batch_size
@@ -203,7 +204,7 @@ def search_pipeline(
         for m in _microbatch_options(batch, hosts, p):
             if best is not None and floor_s * (m + p - 1) / m >= best_score:
                 continue  # even a perfectly balanced, silent pipeline is slower
-            if time.perf_counter() > deadline:
+            if cpu_seconds() > deadline:
                 break
             micro = build_graph(cfg.with_workload(batch_size=batch // m))
             best_m: float | None = None
@@ -233,7 +234,7 @@ def search_pipeline(
     if best is None:
         return None
     plan = best
-    if plan.search.status != "optimal" and time.perf_counter() < deadline:
+    if plan.search.status != "optimal" and cpu_seconds() < deadline:
         # the scouting stage searches were cut short: plan the chosen setting in full
         micro, p, m, split = chosen
         again = _assemble(
@@ -289,13 +290,13 @@ def _assemble(
         first = stage_plans[0].plan if tail and p > 1 else None
         if first is not None:
             key = (*key, split[0])
-        if key not in cache and time.perf_counter() > deadline:
+        if key not in cache and cpu_seconds() > deadline:
             return None  # out of time: this setting stays unplanned
         if key not in cache:
             cache[key] = _plan_stage(
                 micro, links, mode, cost_model, limit, a, b, head, tail, copies, hosts, m,
                 allow_for, space,
-                min(deadline, time.perf_counter() + stage_budget_s), first,
+                min(deadline, cpu_seconds() + stage_budget_s), first,
             )
         if cache[key] is None:
             return None

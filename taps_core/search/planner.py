@@ -29,6 +29,7 @@ from taps_core.search.pipeline import (
 )
 from taps_core.search.pipeline_bound import ShapeBound, pipeline_bounds
 from taps_core.search.problem import StrategyFilter
+from taps_core.solver.clock import cpu_seconds
 
 DEFAULT_TIME_BUDGET_S = 60.0  # the exact memory-bound search reports its gap past this
 REFINED_SHAPES = 2  # open pipeline shapes planned in full when stages are proven
@@ -82,7 +83,8 @@ def search(
     else the least bound of the open shapes is the certified one instead of the compute floor.
     With ``pipeline`` True as well, the open shapes of least bound are planned in full first.
     """
-    start = time.perf_counter()
+    start = time.perf_counter()  # for the time reported; budgets count CPU (solver.clock)
+    cpu_start = cpu_seconds()
     links = links or LinkModel(topology)  # one routing of each pattern for the whole search
     seed = None
     if allow is None and cost_model == "topology" and expert_seed and space == SearchSpace():
@@ -104,8 +106,9 @@ def search(
         cut = True
     if seed is not None:
         flat_proven = cut or (flat is not None and flat.search.status == "optimal")
+        deadline = math.inf if time_budget_s is None else cpu_start + time_budget_s
         plan = _with_seed(graph, topology, flat, flat_proven, seed, mode, memory_limit_bytes,
-                          space, links, label, start, pipeline, time_budget_s)
+                          space, links, label, start, pipeline, deadline)
         if prove_stages and STAGES_UNPROVEN in plan.search.note:
             # proven over plans without stages: the plan (flat_proven) or the flat search's gap
             flat_lower = plan.total_time_s if flat_proven else min(
@@ -127,7 +130,7 @@ def search(
     if pipeline:
 
         left = None if time_budget_s is None else max(
-            5.0, time_budget_s - (time.perf_counter() - start)
+            5.0, time_budget_s - (cpu_seconds() - cpu_start)
         )
         piped = search_pipeline(
             graph, topology, mode=mode, cost_model=cost_model,
@@ -292,12 +295,13 @@ def _with_seed(
     label: str,
     start: float,
     pipeline: bool | None,
-    time_budget_s: float | None,
+    deadline: float,
 ) -> Plan:
     """TAPS's answer given the fastest framework configuration ``seed``: the best plan without
     stages when it beats the seed, else the seed. With ``pipeline`` True a pipelined seed's
-    shape (stages, split, micro-batches) is kept and every stage's plan searched exactly within
-    ``time_budget_s`` (never slower than the seed, whose stage plans lie in that space).
+    shape (stages, split, micro-batches) is kept and every stage's plan searched exactly until
+    ``deadline`` (a :func:`~taps_core.solver.clock.cpu_seconds` value; never slower than the
+    seed, whose stage plans lie in that space).
 
     ``flat_proven``: the search without stages proved its optimum (or that nothing beats the
     seed). The status is "optimal" only when that covers the whole space asked for: stages
@@ -337,13 +341,12 @@ def _with_seed(
     best, how, guard = seed, f"the fastest framework configuration ({seed.search.note})", ""
     if pipeline is True and seed.pipeline is not None:
         st = seed.pipeline.stages
-        deadline = math.inf if time_budget_s is None else start + time_budget_s
         refined = plan_setting(
             graph, topology, p=len(st), m=seed.pipeline.microbatches,
             split=tuple(s.layers[1] - s.layers[0] + 1 for s in st), mode=mode,
             memory_limit_bytes=memory_limit_bytes, space=space, links=links, deadline=deadline,
         )
-        if refined is None and time.perf_counter() > deadline:
+        if refined is None and cpu_seconds() > deadline:
             guard = "; stage refinement stopped by the time budget"
         if refined is not None and refined.total_time_s < seed.total_time_s * (1 - 1e-12):
             best = refined

@@ -24,12 +24,12 @@ make many layers); outsides then take the least over the uses.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from taps_core.solver.clock import cpu_seconds
 from taps_core.solver.minplus import min_plus_values
 
 GAP_TOLERANCE = 1e-9  # relative slack on the Lagrangian rule, against float round-off
@@ -314,13 +314,14 @@ class FrontTable:
 @dataclass(frozen=True)
 class Rules:
     """Pruning: multiplier (s/byte), target value (s), memory limit and least total (bytes);
-    ``deadline`` (a time.perf_counter() value) past which a pass gives up."""
+    ``deadline`` (a :func:`~taps_core.solver.clock.cpu_seconds` value) past which a pass gives
+    up."""
 
     lam_s_per_byte: float
     target_s: float
     limit_bytes: float
     total_floor_bytes: float
-    deadline: float = float("inf")  # a time.perf_counter() value (s)
+    deadline: float = float("inf")  # a cpu_seconds() value (s)
 
     def cap(self, floor: float) -> float:
         """Most memory a table with ``floor`` folded in may hold and still fit."""
@@ -538,7 +539,7 @@ def forward_fronts(
     for st in sched.steps:
         if st.out not in outside or st.out not in needed:
             continue  # not on any path to a wanted table
-        if time.perf_counter() > rules.deadline:
+        if cpu_seconds() > rules.deadline:
             raise TruncatedError("the front search ran out of time")
         oz = np.asarray(outside[st.out], dtype=float)
         a = [tab[i] if i >= 0 else None for i in st.args]
