@@ -153,3 +153,20 @@ def test_edit_words_lead_with_dropped_pipeline_stages():
     assert text.startswith(f"Against the unedited dgx-a100:4: PP {stages} -> 1: pipeline "
                            "stages dropped"), text
     assert "Per op, " in text and ".." not in text
+
+
+def test_runner_ups_hold_the_plans_other_levers(gpt2_plans):
+    """A choice is priced with every other lever held: the runner-up keeps the plan's
+    micro-batch count and ZeRO stage, and never beats the plan (the plan is optimal there)."""
+    from taps_core.studies.explain import runner_up
+
+    graph, topo, fast, _, _ = gpt2_plans
+
+    def no_batch_across(g, op, s):  # noqa: ANN001, ANN202 - a StrategyFilter
+        return all(c != "b" for c, _ in s.inter)
+
+    other = runner_up(fast, graph, topo, "train", None, no_batch_across)
+    assert other is not None and other.microbatches == fast.microbatches
+    assert {op.zero for op in other.ops} <= {0, max(op.zero for op in fast.ops)}
+    assert all(all(c != "b" for c, _ in op.strategy.inter) for op in other.ops)
+    assert other.total_time_s >= fast.total_time_s * (1 - 1e-9)

@@ -323,7 +323,7 @@ def search_flat_at(
         if best is not None and cpu_seconds() > deadline:
             unexplored.append(bound)  # out of time: only its divisors' bound is known
             continue
-        g_k = graph if k == 1 else _micro_graph(graph, k)
+        g_k = graph if k == 1 else micro_graph(graph, k)
         problem = build_problem(
             g_k, topology, mode, comm, space=space, allow=allow, microbatches=k
         )
@@ -399,11 +399,13 @@ def search_fixed(
     allow: StrategyFilter | None = None,
     deadline: float = math.inf,
     adjust: Callable[[SearchProblem], SearchProblem] | None = None,
+    exact_fronts: bool = True,
 ) -> tuple[SearchProblem, Assignment, SearchInfo]:
     """The exact search at one micro-batch count (``graph`` is one micro-batch), as a pipeline
     stage needs it: ``activation_copies`` micro-batches held at once, given ZeRO stages;
-    ``adjust`` reprices the built problem (a stage's costs paid outside its graph).
-    Raises InfeasibleError when nothing fits."""
+    ``adjust`` reprices the built problem (a stage's costs paid outside its graph);
+    ``exact_fronts`` False stops a memory-bound search at its Lagrangian bound (the gap
+    reported). Raises InfeasibleError when nothing fits."""
     problem = build_problem(
         graph, topology, mode, comm, space=space, allow=allow, microbatches=microbatches,
         activation_copies=activation_copies,
@@ -412,7 +414,7 @@ def search_fixed(
         problem = adjust(problem)
     try:
         sub, sol, info, _ = _best_zero_stage(
-            problem, limit, mode, deadline=deadline, stages=zero_stages
+            problem, limit, mode, deadline=deadline, stages=zero_stages, exact_fronts=exact_fronts
         )
     except _NoFitError as err:
         raise InfeasibleError(str(err)) from None
@@ -517,7 +519,7 @@ def microbatch_counts(graph: OpGraph, topology: Topology, mode: str) -> list[int
     return [k for k in range(1, per_node + 1) if per_node % k == 0]
 
 
-def _micro_graph(graph: OpGraph, k: int) -> OpGraph:
+def micro_graph(graph: OpGraph, k: int) -> OpGraph:
     """The model graph at 1/k of the batch (one micro-batch)."""
     from taps_core.models import build_graph
 

@@ -269,11 +269,10 @@ def decisions(
 
     A choice is a letter split over a level (``batch across hosts``) or leaving a level
     replicated. Its runner-up is the best plan in which the ops making that choice may not
-    make it (one extra search each, the same search as the plan's); the saving is the step
-    time difference. Choices carrying less than ``min_share`` of the compute are skipped.
+    make it, every other lever held: the plan's micro-batch count and ZeRO stage (one build
+    and one Lagrangian search each, :func:`runner_up`); the saving is the step time difference.
+    Choices carrying less than ``min_share`` of the compute are skipped.
     """
-    from taps_core.search.planner import search
-
     if plan.pipeline is not None:
         return [_pipeline_decision(plan, graph, topology, mode, memory_limit_bytes)]
     out = []
@@ -293,14 +292,7 @@ def decisions(
             def allow(g: Any, op: Any, s: Any, lv=level, ch=letter, ns=names) -> bool:
                 return op.name not in ns or all(c != ch for c, _ in s.level(lv))
 
-        try:  # the Lagrangian's bound and best fitting plan: no front search (fast, exact
-            # enough to price a choice) and no clock, so the same on every machine and load
-            other = search(
-                graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, allow=allow,
-                exact_fronts=False, time_budget_s=None,
-            )
-        except TapsError:
-            other = None
+        other = runner_up(plan, graph, topology, mode, memory_limit_bytes, allow)
         if other is None:
             saved, runner = None, "nothing fits"
             tail = "without it no plan fits"
@@ -310,7 +302,7 @@ def decisions(
             tail = (
                 f"saves {_saving_words(plan, other)} per step "
                 f"({100 * max(saved, 0.0) / max(other.total_time_s, 1e-30):.0f}%) over the "
-                "runner-up, which would "
+                "runner-up with the same micro-batches and ZeRO stage, which would "
                 + (
                     "leave these ops replicated"
                     if runner == "replicated"
@@ -321,6 +313,44 @@ def decisions(
         out.append(Decision(what, share, saved, runner, words))
     out.sort(key=lambda d: -(math.inf if d.saved_s is None else d.saved_s))
     return out[:limit]
+
+
+def runner_up(
+    plan: Plan,
+    graph: Any,
+    topology: Any,
+    mode: str,
+    memory_limit_bytes: float | None,
+    allow: Any,
+) -> Plan | None:
+    """The best plan within ``allow`` at ``plan``'s micro-batch count and ZeRO stage (None when
+    none fits): one problem built and searched to its Lagrangian bound and best fitting plan
+    (no front search, no clock: exact enough to price a choice, the same on every machine).
+    A model without a config to cut into micro-batches is searched whole instead."""
+    from taps_core.cluster.links import LinkModel
+    from taps_core.costs.collectives import TopologyCost
+    from taps_core.plan.evaluate import evaluate
+    from taps_core.search.flat import choices_of, micro_graph, search_fixed
+    from taps_core.search.planner import search
+
+    k = plan.microbatches
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    try:
+        if k > 1 and not hasattr(graph.meta.get("config"), "with_workload"):
+            return search(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes,
+                          allow=allow, exact_fronts=False, time_budget_s=None)
+        micro = graph if k == 1 else micro_graph(graph, k)
+        zero = max((op.zero for op in plan.ops), default=0)
+        links = LinkModel(topology)
+        problem, sol, info = search_fixed(
+            micro, topology, mode=mode, comm=TopologyCost(links), limit=limit, microbatches=k,
+            zero_stages=(zero,), allow=allow, exact_fronts=False,
+        )
+        return evaluate(micro, links, mode, choices_of(problem, sol), label="runner-up",
+                        cost_model="topology", search=info, memory_limit_bytes=limit,
+                        microbatches=k)
+    except TapsError:
+        return None
 
 
 def _saving_words(plan: Plan, other: Plan) -> str:
