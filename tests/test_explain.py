@@ -162,7 +162,7 @@ def test_runner_ups_hold_the_plans_other_levers(gpt2_plans):
 
     graph, topo, fast, _, _ = gpt2_plans
 
-    def no_batch_across(g, op, s):  # noqa: ANN001, ANN202 - a StrategyFilter
+    def no_batch_across(g, op, s):
         return all(c != "b" for c, _ in s.inter)
 
     other = runner_up(fast, graph, topo, "train", None, no_batch_across)
