@@ -225,16 +225,52 @@ def test_topology_labels_never_overlap_at_a_few_hosts(name):
     assert boxes and not _overlaps(boxes), _overlaps(boxes)[:3]
 
 
-def test_edited_host_is_labelled_at_16_hosts():
+def _block_names(fig) -> list[str]:
+    """The names under the topology drawing's boxes (``host 3``, ``hosts 0–31``)."""
+    return [
+        re.sub(r"<[^>]+>", "", a.text)
+        for a in fig.layout.annotations
+        if re.match(r"<b>hosts? \d", a.text or "")
+    ]
+
+
+def _hosts_named(names: list[str]) -> list[int]:
+    hosts = []
+    for name in names:
+        for part in name.split(" ", 1)[1].split(", "):
+            lo, _, hi = part.partition("–")
+            hosts += range(int(lo), int(hi or lo) + 1)
+    return hosts
+
+
+@pytest.mark.parametrize(
+    "name, edit, host",
+    [("dgx-a100:16", "n3.nic0~net:bw=5", 3), ("dgx-a100:128", "n70.gpu2~n70.nvswitch:bw=100", 70)],
+)
+def test_edited_host_is_named_and_labelled(name, edit, host):
     from taps_core.cluster.edits import apply_edits, parse_edits
 
-    topo, errors = apply_edits(preset("dgx-a100:16"), parse_edits("n3.nic0~net:bw=5"))
+    topo, errors = apply_edits(preset(name), parse_edits(edit))
     assert not errors
-    fig = topology_figure(topo, edited={frozenset(("n3.nic0", "net"))})
+    src, dst = edit.split(":")[0].split("~")
+    fig = topology_figure(topo, edited={frozenset((src, dst))})
     labels = [t for tr in fig.data if tr.mode == "text" for t in tr.text]
-    assert labels == ["5–25"]  # host 3's NICs: one at 5 GB/s, the rest at 25
+    bw = "5–25" if host == 3 else "100–300"
+    assert labels[0] == f"8 × {bw} GB/s"  # the edited host's class: one link slower than 7
+    assert f"host {host}" in _block_names(fig)  # a block of its own, named
     assert "edited link" in {t.name for t in fig.data}
     assert not _overlaps(figure_text_boxes(fig))
+
+
+def test_topology_at_128_hosts_is_blocks_of_hosts_with_labelled_links():
+    fig = topology_figure(preset("dgx-a100:128"))
+    names = _block_names(fig)
+    assert 2 <= len(names) <= 8 and sorted(_hosts_named(names)) == list(range(128))
+    labels = [t for tr in fig.data if tr.mode == "text" for t in tr.text]
+    assert len(labels) + len(names) <= 40 and not _overlaps(figure_text_boxes(fig))
+    for value in ("8 × 300 GB/s", "8 × 32 GB/s", "8 × 25 GB/s"):  # on every block's lines
+        assert labels.count(value) == len(names), value
+    assert "128 hosts" in fig.layout.title.text and "blocks of 32" in fig.layout.title.text
 
 
 def test_gantt_legible_at_16_stages(case):
