@@ -1,5 +1,5 @@
 """The Links page's figures and table, legible at 1 to 128 hosts: links that carry the same load
-in one bar or row ("256 × GPU↔NVSwitch, hosts 0–15"), and the traffic matrix GPU x GPU, or host
+in one bar or row ("256 × GPU–NVSwitch, hosts 0–15"), and the traffic matrix GPU x GPU, or host
 x host past :data:`GPU_HEATMAP_MAX` GPUs. Every number comes from the engine
 (:mod:`taps_core.plan.traffic`, ``plan.links``); this module only groups and sums them."""
 
@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dashboard.charts import OP_KIND_COLORS, style, time_unit
-from dashboard.graph_view import _ranges
+from dashboard.graph_view import _ranges, text_width_px
 from dashboard.topology_common import DEVICE_NAME, KIND_NAMES
 from taps_core.cluster.topology import Topology
 from taps_core.plan.records import Plan
@@ -39,7 +39,7 @@ class LinkGroup:
     index: tuple[int, ...]
     names: tuple[str, ...]
     kind: str
-    ends: str  # "GPU→NVSwitch", or "GPU↔NVSwitch" when both directions are in the group
+    ends: str  # "GPU→NVSwitch", or "GPU–NVSwitch" when both directions are in the group
     hosts: tuple[int, ...]
 
     @property
@@ -56,7 +56,7 @@ class LinkGroup:
         return f"hosts {runs}" if runs.count(",") < 2 else f"{len(self.hosts)} hosts"
 
     def label(self) -> str:
-        """A bar's name: the link itself when alone, else ``256 × GPU↔NVSwitch, hosts 0–15``."""
+        """A bar's name: the link itself when alone, else ``256 × GPU–NVSwitch, hosts 0–15``."""
         if self.count == 1:
             return self.names[0]
         return f"{self.count} × {self.ends}, {self.where()}"
@@ -71,9 +71,10 @@ class LinkGroup:
 
 
 def _ends(src: Device, dst: Device, both: bool) -> str:
-    """``GPU→NVSwitch`` (``↔`` when ``both`` directions are grouped)."""
+    """``GPU→NVSwitch``, or ``GPU–NVSwitch`` (as the topology drawing names a link class)
+    when ``both`` directions are grouped."""
     a, b = (DEVICE_NAME.get(k, k) for k in (src[1], dst[1]))
-    return f"{a}↔{b}" if both else f"{a}→{b}"
+    return f"{a}–{b}" if both else f"{a}→{b}"
 
 
 def group_same_load(
@@ -107,28 +108,45 @@ def group_same_load(
 # ---- busiest links: bars and table -------------------------------------------------------------
 
 
+def _bar_rows(
+    groups: list[LinkGroup], total: np.ndarray, top: int
+) -> list[tuple[str, list[LinkGroup]]]:
+    """The subplots' titles and their ``top`` busiest groups by ``total`` (per link):
+    intra-node links, then inter-node links (only those that carry traffic)."""
+    rows = []
+    for title, network in (
+        ("intra-node links (NVLink / PCIe)", False), ("inter-node links (network)", True)
+    ):
+        gs = [g for g in groups if (g.kind == "network") == network]
+        rows.append((title, sorted(gs, key=lambda g: -total[g.index[0]])[:top]))
+    return [(t, gs) for t, gs in rows if gs] or [("links", [])]
+
+
+def _label_drop_px(names: Sequence[str]) -> float:
+    """How far (px) the longest x label reaches below its axis when rotated by 45°."""
+    return max((text_width_px(n, 12) for n in names), default=0.0) * math.sqrt(0.5)
+
+
 def link_bars_figure(
     br: LinkBreakdown, devices: Mapping[str, Device], *, metric: str, top: int
 ) -> go.Figure:
     """Busiest loads stacked by op kind, one bar per group of links with the same load (its
-    name says how many: ``256 × GPU↔NVSwitch, hosts 0–15``; the bar is one link's load);
-    intra-node links on top, inter-node links below, ``top`` bars each."""
+    name says how many: ``256 × GPU–NVSwitch, hosts 0–15``; the bar is one link's load);
+    intra-node links on top, inter-node links below, ``top`` bars each. The rows sit apart by
+    the top row's rotated labels; the margins grow to hold the first (plotly's automargin)."""
     if metric == "bytes":
         values, unit = br.bytes / 1e9, "GB per step, each link"
     else:
         scale, per = time_unit(float(br.busy_s.sum(axis=0).max(initial=0.0)))
         values, unit = br.busy_s * scale, f"busy time per step, each link ({per})"
     total = values.sum(axis=0)
-    groups = group_same_load(br.links, br.bytes, devices)
-    inter = [g.kind == "network" for g in groups]
-    rows = [(t, [g for g, i in zip(groups, inter) if i == want]) for t, want in (
-        ("intra-node links (NVLink / PCIe)", False), ("inter-node links (network)", True))]
-    rows = [(t, gs) for t, gs in rows if gs] or [("links", [])]
+    rows = _bar_rows(group_same_load(br.links, br.bytes, devices), total, top)
+    gap = _label_drop_px([g.label() for g in rows[0][1]]) + 50 if len(rows) > 1 else 0.0
+    height = 300 * len(rows) + 150 + gap
     fig = make_subplots(rows=len(rows), cols=1, subplot_titles=[t for t, _ in rows],
-                        vertical_spacing=0.3 if len(rows) > 1 else 0.1)
+                        vertical_spacing=gap / (height - 150) if gap else 0.1)
     shown: set[str] = set()
     for row, (_, gs) in enumerate(rows, start=1):
-        gs = sorted(gs, key=lambda g: -total[g.index[0]])[:top]
         names = [g.label() for g in gs]
         cols = [g.index[0] for g in gs]  # every link of a group carries the same load
         for k, kind in enumerate(br.op_kinds):
@@ -143,7 +161,6 @@ def link_bars_figure(
             )  # fmt: skip
             shown.add(kind)
         fig.update_yaxes(title_text=unit, row=row, col=1)
-        # automargin: the margins grow to hold the first rotated label (it runs down-left);
         # a few bars keep the width of one in MIN_SLOTS (not one bar across the whole plot)
         fig.update_xaxes(tickangle=-45, tickfont=dict(size=12), automargin=True, row=row, col=1,
                          range=[-0.5, max(len(names), MIN_SLOTS) - 0.5])
@@ -154,7 +171,7 @@ def link_bars_figure(
         fig,
         f"{what} per link, stacked by op kind; links with the same load in one bar "
         f"(top {top} per group)",
-        height=380 * len(rows) + 150,
+        height=int(height),
         legend_title="op kind",
     )
     # subplot titles sit where the legend usually goes: put it on the right instead
