@@ -261,7 +261,7 @@ def traffic_heatmap_figure(
         "(the diagonal stays inside a host)",
         x=f"receiving host (its {g} GPUs summed)",
         y=f"sending host (its {g} GPUs summed)",
-        height=min(900, max(480, 6 * len(hosts) + 220)),
+        height=min(900, max(760, 6 * len(hosts) + 220)),  # cells about square
     )
 
 
