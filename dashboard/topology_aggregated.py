@@ -152,13 +152,28 @@ def _class_bends(usual: dict[tuple, tuple[int, float, float]]) -> dict[tuple, fl
     return bend
 
 
+def _block_name(cols: _Columns, block: int, marked: set[int], width_px: float) -> list[str]:
+    """The lines under a block: its name, and for a block of several hosts some of which are
+    edited (when too many are edited for each to be a block) which ones, or how many when
+    their numbers do not fit ``width_px``."""
+    hosts = cols.blocks[block]
+    edits = [h for h in hosts if h in marked]
+    if not edits or len(hosts) == 1:
+        return [cols.name(block)]
+    which = f"edited: host{'s' if len(edits) > 1 else ''} {_ranges(edits)}"
+    if text_width_px(which, 12) > width_px:
+        which = f"{len(edits)} hosts edited"
+    return [cols.name(block), which]
+
+
 def _block_boxes(
-    cols: _Columns, frame: _Frame, edited_blocks: set[int]
-) -> tuple[list[dict], list[dict]]:
-    """A box per block (a stack of boxes for several hosts) and the names under them
-    (``hosts 0–31``), edited blocks in vermillion
-    and named first, then the others left to right where they fit beside the names placed."""
-    n = len(cols.blocks)
+    cols: _Columns, frame: _Frame, marked: set[int]
+) -> tuple[list[dict], list[dict], _Boxes]:
+    """A box per block (a stack of boxes for several hosts), the names under them (``hosts
+    0–31``, :func:`_block_name`) and the pixel boxes they take. Blocks with edited hosts are
+    drawn and named in vermillion and named first, then the others left to right where they
+    fit beside the names placed."""
+    edited_blocks = {cols.block_of[h] for h in marked if h in cols.block_of}
     shapes = []
     for i, hosts in enumerate(cols.blocks):
         # a block of several hosts is a stack of boxes: two outlines peek out behind it
@@ -172,18 +187,20 @@ def _block_boxes(
                            fillcolor="rgb(246,247,249)", layer="below"))
     taken = _Boxes()
     labels = []
-    for i in sorted(range(n), key=lambda i: (i not in edited_blocks, i)):
-        text = cols.name(i)
+    column_px = frame.width_px / (frame.x1 - frame.x0)
+    for i in sorted(range(len(cols.blocks)), key=lambda i: (i not in edited_blocks, i)):
+        lines = _block_name(cols, i, marked, column_px)
         cx, cy = frame.px(i, -0.6)
-        w = text_width_px(text, 12, bold=True)
-        box = (cx - w / 2 - 4, cy - 18, cx + w / 2 + 4, cy)
+        w = max(text_width_px(t, 12, bold=True) for t in lines)
+        box = (cx - w / 2 - 4, cy - 18 * len(lines), cx + w / 2 + 4, cy)
         if not taken.free(box):
             continue
         taken.add(box)
         color = EDITED_COLOR if i in edited_blocks else "#111827"
-        labels.append(dict(x=i, y=-0.6, yanchor="top", text=f"<b>{text}</b>", showarrow=False,
-                           font=dict(size=12, color=color)))
-    return shapes, labels
+        labels.append(dict(x=i, y=-0.6, yanchor="top", text="<br>".join(
+            f"<b>{t}</b>" if j == 0 else t for j, t in enumerate(lines)),
+            showarrow=False, font=dict(size=12, color=color)))
+    return shapes, labels, taken
 
 
 def _group_label(sigs: list[tuple[int, float, float]]) -> str:
@@ -194,6 +211,15 @@ def _group_label(sigs: list[tuple[int, float, float]]) -> str:
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     bw = f"{lo:.3g}" if lo == hi else f"{lo:.3g}–{hi:.3g}"
     return f"{n} × {bw} GB/s"
+
+
+def _drop_units_if_narrow(mids: list[dict], room_px: float) -> None:
+    """Labels without `` GB/s`` (the title names the unit) when one would not fit the
+    ``room_px`` right of its line inside a block's column: many blocks, narrow columns."""
+    if any(text_width_px(m.get("text") or "", 12) > room_px for m in mids):
+        for m in mids:
+            if m.get("text"):
+                m["text"] = m["text"].removesuffix(" GB/s")
 
 
 def _group_info(
@@ -303,18 +329,14 @@ def _group_lines(
 
 
 def _place_labels(
-    mids: list[dict], labels: list[dict], topology: Topology, cols: _Columns, frame: _Frame, *,
+    mids: list[dict], taken: _Boxes, topology: Topology, cols: _Columns, frame: _Frame, *,
     marker_px: float,
 ) -> list[tuple[float, float, str]]:
     """Labels (x, y, text in data coordinates) for every group and the cut ones, each right,
-    left, above or below its midpoint where it overlaps no block name, device marker (
-    ``marker_px`` wide) or earlier label: inside its block's column (box and half the gaps
-    beside it) if it can, else inside the plot; edited groups first, then left to right."""
-    taken = _Boxes()
-    for lab in labels:
-        lx, ly = frame.px(lab["x"], lab["y"])
-        w = text_width_px(lab["text"][3:-4], 12, bold=True)
-        taken.add((lx - w / 2, ly - 18, lx + w / 2, ly))
+    left, above or below its midpoint where it overlaps nothing ``taken`` (the block names),
+    no device marker (``marker_px`` wide) and no earlier label: inside its block's column (box
+    and half the gaps beside it) if it can, else inside the plot; edited groups first, then
+    left to right."""
     kinds = {d.kind for d in topology.devices if d.host is not None}
     for b in range(len(cols.blocks)):
         for kind in kinds:
@@ -501,15 +523,15 @@ def aggregated_figure(
     xr, yr = (-0.6, n - 0.4), (-1.2, SHARED_Y + 0.8)
     frame = _Frame(xr[0], xr[1], yr[0], yr[1], width_px - 50 - right, PLOT_HEIGHT_PX)
     per_block_px = frame.width_px / (xr[1] - xr[0])
-    edited_blocks = {cols.block_of[h] for h in _marked_hosts(topology, edited, cut)}
     fig = go.Figure()
-    shapes, labels = _block_boxes(cols, frame, edited_blocks)
+    shapes, labels, taken = _block_boxes(cols, frame, _marked_hosts(topology, edited, cut))
     segs, mids = _group_segments(topology, cols, groups, cut, traffic, edited, usual=usual,
                                  busiest=busiest, planned=plan is not None)
     _group_lines(fig, segs, planned=plan is not None, thin=min(1.0, per_block_px / 40))
     class_legend(fig, usual, coloured=plan is not None)  # what every host has, named once
     marker_px = max(4.0, min(15.0, per_block_px * 0.6))
-    texts = _place_labels(mids, labels, topology, cols, frame, marker_px=marker_px)
+    _drop_units_if_narrow(mids, per_block_px * (0.5 - DEVICE_DX) - 6)
+    texts = _place_labels(mids, taken, topology, cols, frame, marker_px=marker_px)
     fig.update_layout(shapes=shapes, annotations=labels)
     _group_markers(fig, mids, texts, coloured=plan is not None and busiest > 0, busiest=busiest,
                    per_block_px=per_block_px)
