@@ -5,8 +5,12 @@ from __future__ import annotations
 import streamlit as st
 
 from dashboard import cache, state
-from dashboard.charts import gpu_heatmap_figure, link_bars_figure
-from dashboard.report_html import busiest_link_rows
+from dashboard.links_view import (
+    busiest_link_groups,
+    devices_of,
+    link_bars_figure,
+    traffic_heatmap_figure,
+)
 from dashboard.widgets import context_caption, current, need_plan, show_chart
 from taps_core.plan.report import fmt_bytes, fmt_seconds, links_csv
 
@@ -23,6 +27,7 @@ def main() -> None:
         st.error(result.message)
         st.stop()
     br, heat = result
+    devices = devices_of(cache.topology(ctx.topo_json))
     if not plan.links:
         st.info("This plan sends nothing between GPUs (a single GPU, or every op replicated).")
         return
@@ -47,7 +52,7 @@ def main() -> None:
         "Per link", ("busy", "bytes"), key="links_metric", horizontal=True,
         format_func={"busy": "busy time", "bytes": "bytes"}.__getitem__,
     )  # fmt: skip
-    show_chart(link_bars_figure(br, metric=metric_, top=top), f"links_{metric_}")
+    show_chart(link_bars_figure(br, devices, metric=metric_, top=top), f"links_{metric_}")
     st.caption(
         "Busy time = bytes over the link's effective bandwidth (peak x efficiency). The "
         "busiest link bounds how fast a collective can finish."
@@ -58,11 +63,12 @@ def main() -> None:
             "boundary activations between stages (\"pipeline send\")."
         )
     if heat is not None:
-        show_chart(gpu_heatmap_figure(*heat), "gpu_heatmap")
+        show_chart(traffic_heatmap_figure(*heat, devices), "gpu_heatmap")
     st.subheader("Busiest links")
-    rows = busiest_link_rows(plan, top)
+    st.caption("Links that carry the same bytes in one row: how many, which, where; the "
+               "figures are each link's (the CSV has every link).")
     st.dataframe(
-        rows,
+        busiest_link_groups(plan, devices, top),
         hide_index=True,
         width="stretch",
         column_config={

@@ -48,8 +48,10 @@ CASES = {  # name -> (what it is, URL query)
 }
 SHOWS = {  # url path -> one line on what the page shows
     "plan": "headline figures, why this plan, memory per device, operator graph, per-op table",
-    "topology": "the cluster drawn with link bandwidths, the link editor",
-    "links": "per-link bytes and busy time by op kind, GPU x GPU heatmap, busiest links",
+    "topology": "the cluster drawn with link bandwidths (past 2 DGX hosts: hosts in blocks, links "
+    "per block and class), the link editor",
+    "links": "per-link bytes and busy time by op kind (links with the same load in one bar), GPU "
+    "x GPU or past 64 GPUs host x host traffic, busiest links",
     "compare": "TAPS against the volume-based, Megatron-style and data-parallel plans",
     "sweep": "step time vs inter-node bandwidth (8 points), plan changes and regimes",
     "how-it-works": "why bytes are not time: one all-reduce priced two ways on this cluster",

@@ -17,7 +17,6 @@ from plotly.subplots import make_subplots
 
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import fmt_bytes, fmt_seconds
-from taps_core.plan.traffic import LinkBreakdown
 from taps_core.studies.explain import Case
 from taps_core.studies.sweep import Priced, Sweep
 
@@ -416,89 +415,6 @@ def link_diff_figure(taps: Plan, other: Plan, top: int = 20) -> go.Figure:
         x="bytes per step (GB)",
         y="directed link",
         height=200 + 26 * max(len(keys), 3),
-    )
-
-
-# ---- links page -----------------------------------------------------------------------------
-
-
-def link_bars_figure(br: LinkBreakdown, *, metric: str, top: int) -> go.Figure:
-    """Busiest links stacked by op kind; intra-node links on top, inter-node links below."""
-    if metric == "bytes":
-        values, unit = br.bytes / 1e9, "GB per step"
-    else:
-        scale, per = time_unit(float(br.busy_s.sum(axis=0).max(initial=0.0)))
-        values, unit = br.busy_s * scale, f"busy time per step ({per})"
-    total = values.sum(axis=0)
-    inter = np.array([kind == "network" for _, _, kind, _ in br.links])
-    groups = [("intra-node links (NVLink / PCIe)", ~inter), ("inter-node links (network)", inter)]
-    groups = [(t, mask) for t, mask in groups if mask.any()] or [("links", ~inter)]
-    fig = make_subplots(
-        rows=len(groups),
-        cols=1,
-        subplot_titles=[t for t, _ in groups],
-        vertical_spacing=0.28 if len(groups) > 1 else 0.1,
-    )
-    shown: set[str] = set()
-    for row, (_, mask) in enumerate(groups, start=1):
-        idx = np.flatnonzero(mask)
-        idx = idx[np.argsort(-total[idx], kind="stable")][:top]
-        names = [f"{br.links[i][0]}→{br.links[i][1]}" for i in idx]
-        for k, kind in enumerate(br.op_kinds):
-            if not values[k, idx].any():
-                continue
-            fig.add_bar(
-                x=names,
-                y=values[k, idx],
-                name=kind,
-                legendgroup=kind,
-                showlegend=kind not in shown,
-                marker_color=OP_KIND_COLORS[k % len(OP_KIND_COLORS)],
-                hovertemplate="%{x}<br>" + kind + ": %{y:.3g}<extra></extra>",
-                row=row,
-                col=1,
-            )
-            shown.add(kind)
-        fig.update_yaxes(title_text=unit, row=row, col=1)
-        fig.update_xaxes(tickangle=-45, tickfont=dict(size=12), row=row, col=1)
-    fig.update_layout(barmode="stack")
-    fig.update_annotations(font_size=14)
-    what = "Bytes" if metric == "bytes" else "Busy time"
-    fig = style(
-        fig,
-        f"{what} per link, stacked by op kind (top {top} per group)",
-        height=340 * len(groups) + 150,
-        legend_title="op kind",
-    )
-    # subplot titles sit where the legend usually goes: put it on the right instead
-    fig.update_layout(legend=dict(orientation="v", x=1.01, y=1, yanchor="top"), margin=dict(r=140))
-    return fig
-
-
-def gpu_heatmap_figure(gpus: tuple[str, ...], matrix: np.ndarray) -> go.Figure:
-    """GPU x GPU bytes sent per step (row sends to column); ranks instead of names past 32."""
-    n = len(gpus)
-    names = n <= 32
-    axis = list(gpus) if names else list(range(n))
-    fig = go.Figure(
-        go.Heatmap(
-            z=matrix / 1e9,
-            x=axis,
-            y=axis,
-            colorscale="Viridis",
-            colorbar=dict(title=dict(text="GB sent", font=dict(size=13)), tickfont=dict(size=12)),
-            hovertemplate="%{y} → %{x}<br>%{z:.3g} GB<extra></extra>",
-        )
-    )
-    fig.update_yaxes(autorange="reversed", tickfont=dict(size=12))
-    fig.update_xaxes(tickfont=dict(size=12), tickangle=-45 if names else 0)
-    unit = "" if names else f" (global rank, {gpus[0]} = 0)"
-    return style(
-        fig,
-        "GPU-to-GPU traffic per step",
-        x="receiving GPU" + unit,
-        y="sending GPU" + unit,
-        height=min(900, max(420, 24 * n + 160)),
     )
 
 

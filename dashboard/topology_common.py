@@ -107,10 +107,13 @@ def _topology_style(
     return fig
 
 
-def _ends(topology: Topology, a: str, b: str) -> tuple[tuple[int | None, str], ...]:
+def _ends(
+    topology: Topology, a: str, b: str, dev: dict | None = None
+) -> tuple[tuple[int | None, str], ...]:
     """The (host, device kind) of both ends of a link, in a fixed order (hosts before shared
-    gear, then by kind), so a link and its reverse land in the same group."""
-    dev = {d.name: d for d in topology.devices}
+    gear, then by kind), so a link and its reverse land in the same group. ``dev`` (devices by
+    name) saves rebuilding it for every link of a large cluster."""
+    dev = dev if dev is not None else {d.name: d for d in topology.devices}
     ends = [(dev[n].host, dev[n].kind) for n in (a, b)]
     return tuple(sorted(ends, key=lambda e: (e[0] is None, e[0] or 0, e[1])))
 
@@ -144,8 +147,9 @@ def link_groups(
     """Links grouped per host (pair) and class, and each class's usual signature (links per
     group, lowest and highest GB/s): what most hosts have."""
     groups: dict[tuple, list] = {}
+    dev = {d.name: d for d in topology.devices}
     for link in topology.links:
-        groups.setdefault((*_ends(topology, link.src, link.dst), link.kind), []).append(link)
+        groups.setdefault((*_ends(topology, link.src, link.dst, dev), link.kind), []).append(link)
     by_class: dict[tuple, Counter] = {}
     for key, links in groups.items():
         by_class.setdefault(_class_of(key), Counter())[_signature(links)] += 1

@@ -1,6 +1,7 @@
 """The cluster drawn as hosts (boxes) holding GPUs, their switch and NICs, under one network
 switch; optionally with each link's width and colour set by a plan's traffic on it. Past a few
-hosts the links are drawn per host and class (:mod:`dashboard.topology_aggregated`)."""
+hosts the hosts are drawn in blocks of alike hosts and the links per block and class, labelled
+with their count per host and bandwidth (:mod:`dashboard.topology_aggregated`)."""
 
 from __future__ import annotations
 
@@ -124,7 +125,8 @@ def topology_figure(
     With ``plan``, links get width and colour by their busy time.
 
     ``aggregate`` (default: when one label per link would not fit, :func:`labels_fit`) draws
-    one line per host and link class instead of every link (see :func:`aggregated_figure`).
+    hosts in blocks and one line per block and link class instead of every link (see
+    :func:`aggregated_figure`).
     """
     if aggregate or (aggregate is None and not labels_fit(topology)):
         return aggregated_figure(

@@ -353,7 +353,9 @@ def test_links_page_slider_limits_bars():
     busy = chart(at, "Busy time per link")
     assert all(len(t["x"]) <= 4 for t in busy["data"])
     assert "top 4" in busy["layout"]["title"]["text"]
-    assert len(at.dataframe[0].value) == 4
+    rows = at.dataframe[0].value  # links with the same load in one row, how many in "links"
+    directed = int(metric(at, "Links carrying traffic").split()[0])
+    assert 1 <= len(rows) <= 4 and (len(rows) == 4 or rows["links"].sum() == directed)
 
 
 def test_compare_page_baseline_radio_and_unfit_reasons():

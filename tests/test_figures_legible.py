@@ -4,7 +4,9 @@ For gpt2 on 2 DGX hosts (searched), llama3-70b on 16 and gpt3-175b on 128 (Megat
 configurations priced with ``--fixed``, ~1 s each): the operator graph's default view holds
 every op of the plan; no two text labels overlap in the operator graph, the topology drawing
 and the 16-stage Gantt; the colour legend tells a batch split from a tensor split and which
-level carries it. Text boxes are estimated from the figure (font size x characters, in pixels
+level carries it; the topology drawing puts many hosts in named blocks with labelled links; the
+Links page folds links with the same load into one bar or row and sums its traffic matrix per
+host past 64 GPUs. Text boxes are estimated from the figure (font size x characters, in pixels
 of the width the figure is laid out for) and, where kaleido and chromium are present, read from
 the rendered SVG (annotation boxes as the browser measured them, every other text estimated).
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+import numpy as np
 import pytest
 
 from dashboard.charts import sweep_figure
@@ -28,10 +31,18 @@ from dashboard.graph_view import (
     dag_figure,
     level_class,
 )
+from dashboard.links_view import (
+    GPU_HEATMAP_MAX,
+    busiest_link_groups,
+    devices_of,
+    link_bars_figure,
+    traffic_heatmap_figure,
+)
 from dashboard.pipeline_view import gantt_figure, relabel_stages
 from dashboard.topology_view import topology_figure
 from taps_core.cluster.presets import preset
 from taps_core.models import build_graph, load_model_config
+from taps_core.plan.traffic import gpu_traffic_matrix, link_traffic_by_op_kind
 from taps_core.search.fixed_config import parse_fixed, plan_fixed
 from taps_core.search.planner import search
 from taps_core.studies.explain import layer_relative_names
@@ -106,9 +117,11 @@ def figure_text_boxes(fig, width_px: int = DEFAULT_WIDTH_PX) -> list[tuple[tuple
     for a in fig.layout.annotations:
         if (a.xref or "x") != "x" or (a.yref or "y") != "y" or not a.text:
             continue
-        text, bold = _plain(a.text)
+        lines = [_plain(line) for line in a.text.split("<br>")]
+        text = " ".join(t for t, _ in lines)
         size = a.font.size or 12
-        w, h = len(text) * size * (EM + 0.04 * bold), size * 1.2
+        w = max(len(t) * size * (EM + 0.04 * bold) for t, bold in lines)
+        h = size * 1.2 * len(lines)
         cx, cy = px(a.x, a.y)
         left = {"left": cx, "right": cx - w}.get(a.xanchor, cx - w / 2)
         top = {"top": cy, "bottom": cy - h}.get(a.yanchor, cy - h / 2)
@@ -225,16 +238,72 @@ def test_topology_labels_never_overlap_at_a_few_hosts(name):
     assert boxes and not _overlaps(boxes), _overlaps(boxes)[:3]
 
 
-def test_edited_host_is_labelled_at_16_hosts():
+def _block_names(fig) -> list[str]:
+    """The names under the topology drawing's boxes (``host 3``, ``hosts 0–31``)."""
+    return [
+        re.sub(r"<[^>]+>", "", a.text)
+        for a in fig.layout.annotations
+        if re.match(r"<b>hosts? \d", a.text or "")
+    ]
+
+
+def _hosts_named(names: list[str]) -> list[int]:
+    hosts = []
+    for name in names:
+        for part in name.split(" ", 1)[1].split(", "):
+            lo, _, hi = part.partition("–")
+            hosts += range(int(lo), int(hi or lo) + 1)
+    return hosts
+
+
+@pytest.mark.parametrize(
+    "name, edit, host",
+    [("dgx-a100:16", "n3.nic0~net:bw=5", 3), ("dgx-a100:128", "n70.gpu2~n70.nvswitch:bw=100", 70)],
+)
+def test_edited_host_is_named_and_labelled(name, edit, host):
     from taps_core.cluster.edits import apply_edits, parse_edits
 
-    topo, errors = apply_edits(preset("dgx-a100:16"), parse_edits("n3.nic0~net:bw=5"))
+    topo, errors = apply_edits(preset(name), parse_edits(edit))
     assert not errors
-    fig = topology_figure(topo, edited={frozenset(("n3.nic0", "net"))})
+    src, dst = edit.split(":")[0].split("~")
+    fig = topology_figure(topo, edited={frozenset((src, dst))})
     labels = [t for tr in fig.data if tr.mode == "text" for t in tr.text]
-    assert labels == ["5–25"]  # host 3's NICs: one at 5 GB/s, the rest at 25
+    bw = "5–25" if host == 3 else "100–300"
+    # the edited host's class: one link slower than 7 (" GB/s" dropped when columns are narrow)
+    assert labels[0] in (f"8 × {bw} GB/s", f"8 × {bw}")
+    assert f"host {host}" in _block_names(fig)  # a block of its own, named
     assert "edited link" in {t.name for t in fig.data}
     assert not _overlaps(figure_text_boxes(fig))
+
+
+@pytest.mark.parametrize("hosts", [[3, 40], [3, 8, 12, 20, 41, 50]])
+def test_every_edited_host_is_named_at_64_hosts(hosts):
+    from taps_core.cluster.edits import apply_edits, parse_edits
+
+    edits = ";".join(f"n{h}.nic1~net:bw=5" for h in hosts)
+    topo, errors = apply_edits(preset("dgx-a100:64"), parse_edits(edits))
+    assert not errors
+    fig = topology_figure(topo, edited={frozenset((f"n{h}.nic1", "net")) for h in hosts})
+    notes = [re.sub(r"<[^>]+>", " ", a.text) for a in fig.layout.annotations]
+    named = set()  # a block of its own ("host 3") or under its block ("edited: hosts 3, 8")
+    for note in notes:
+        if m := re.fullmatch(r" ?host (\d+) ?", note):
+            named.add(int(m[1]))
+        if m := re.search(r"edited: hosts? ([\d, –]+)", note):
+            named |= set(_hosts_named([f"hosts {m[1]}"]))
+    assert set(hosts) <= named, notes
+    assert not _overlaps(figure_text_boxes(fig))
+
+
+def test_topology_at_128_hosts_is_blocks_of_hosts_with_labelled_links():
+    fig = topology_figure(preset("dgx-a100:128"))
+    names = _block_names(fig)
+    assert 2 <= len(names) <= 8 and sorted(_hosts_named(names)) == list(range(128))
+    labels = [t for tr in fig.data if tr.mode == "text" for t in tr.text]
+    assert len(labels) + len(names) <= 40 and not _overlaps(figure_text_boxes(fig))
+    for value in ("8 × 300 GB/s", "8 × 32 GB/s", "8 × 25 GB/s"):  # on every block's lines
+        assert labels.count(value) == len(names), value
+    assert "128 hosts" in fig.layout.title.text and "blocks of 32" in fig.layout.title.text
 
 
 def test_gantt_legible_at_16_stages(case):
@@ -254,6 +323,45 @@ def test_gantt_legible_at_16_stages(case):
     span = fig.layout.xaxis.range[1] - fig.layout.xaxis.range[0]
     for a, b, text in zip(vals, vals[1:], fig.layout.xaxis.ticktext[1:]):  # ticks apart
         assert (b - a) / span * (DEFAULT_WIDTH_PX - 250) >= len(text) * 12 * EM + 8
+
+
+# ---- links page -------------------------------------------------------------------------------
+
+
+def test_link_bars_name_how_many_links_share_each_load(case):
+    _, topo, plan = case
+    br = link_traffic_by_op_kind(plan, topo)
+    fig = link_bars_figure(br, devices_of(topo), metric="busy", top=24)
+    names = {x for tr in fig.data for x in tr.x}
+    counts = [int(m[1]) if (m := re.match(r"(\d+) × ", n)) else 1 for n in names]
+    assert len(names) <= 2 * 24 and sum(counts) == len(br.links)  # every link, in few bars
+    if topo.nodes >= 16:  # identical links folded: the hosts past the first ones are counted
+        assert len(names) <= 12 and max(counts) >= 8 * topo.nodes
+        assert any(re.search(r"hosts \d+–\d+", n) for n in names)
+    axes = [v for k, v in fig.layout.to_plotly_json().items() if k.startswith("xaxis")]
+    assert axes and all(ax["automargin"] for ax in axes)  # rotated labels get their room
+    rows = busiest_link_groups(plan, devices_of(topo))
+    assert sum(r["links"] for r in rows) == len(plan.links)
+    assert rows[0]["busy (ms)"] == pytest.approx(max(k.busy_time_s for k in plan.links) * 1e3)
+
+
+def test_traffic_heatmap_is_host_by_host_past_64_gpus(case):
+    _, topo, plan = case
+    gpus, matrix = gpu_traffic_matrix(plan, topo)
+    fig = traffic_heatmap_figure(gpus, matrix, devices_of(topo))
+    heat = fig.data[0]
+    if len(gpus) <= GPU_HEATMAP_MAX:
+        assert "GPU-to-GPU" in fig.layout.title.text and len(heat.z) == len(gpus)
+        return
+    per_host = np.array(heat.customdata)  # GB: the engine's GPU x GPU bytes summed per host
+    assert per_host.shape == (topo.nodes, topo.nodes)
+    assert per_host.sum() == pytest.approx(matrix.sum() / 1e9)
+    g = topo.gpus_per_node
+    inside = sum(matrix[h * g : (h + 1) * g, h * g : (h + 1) * g].sum() for h in range(topo.nodes))
+    assert np.trace(per_host) == pytest.approx(inside / 1e9)
+    assert "host" in fig.layout.xaxis.title.text and "host" in fig.layout.yaxis.title.text
+    assert "diagonal" in fig.layout.title.text and "log" in heat.colorbar.title.text
+    assert np.isnan(np.array(heat.z, dtype=float)).any()  # hosts that never talk: empty cells
 
 
 # ---- the rendered SVG -------------------------------------------------------------------------
