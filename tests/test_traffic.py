@@ -18,6 +18,7 @@ from taps_core.search.planner import search
         ("mlp-2layer", "dgx-a100:2", "train"),
         ("gpt2", "pcie:2", "infer"),
         ("gpt2", "ethernet:2", "train"),
+        ("gpt2", "dgx-a100:4", "train"),  # pipelined, the tied embedding across its ends
     ],
 )
 def planned(request):
@@ -35,7 +36,8 @@ def test_link_breakdown_matches_plan_links(planned):
     for key, (b, t) in expected.items():
         assert got[key][0] == pytest.approx(b, rel=1e-9)
         assert got[key][1] == pytest.approx(t, rel=1e-9)
-    assert set(br.op_kinds) <= {op.kind for op in plan.ops} | {"pipeline send"}
+    assert set(br.op_kinds) <= {op.kind for op in plan.ops} | {
+        "pipeline send", "tied embedding sync"}
     assert br.bytes.shape == (len(br.op_kinds), len(br.links))
     assert (br.bytes >= 0).all()
 

@@ -108,6 +108,7 @@ class PipelineInfo:
     volume_step_s: float = 0.0  # the step under the volume model (what a volume planner sees)
     p2p_flows: tuple[tuple[int, int, float], ...] = ()  # (src GPU, dst GPU, bytes per step)
     tied_sync_bytes: float = 0.0  # a tied embedding's gradient, first <-> last stage, per step
+    tied_flows: tuple[tuple[int, int, float], ...] = ()  # its (src GPU, dst GPU, bytes per step)
 
     @property
     def bubble_fraction(self) -> float:

@@ -129,13 +129,14 @@ def _pipeline_breakdown(plan: Plan, topology: Topology, links: LinkModel) -> Lin
                 continue
             for k, kind in enumerate(part.op_kinds):
                 row(kind)[i] += part.bytes[k, j]
-    flows = plan.pipeline.p2p_flows
-    if flows:
-        src = np.array([a for a, _, _ in flows])
-        dst = np.array([b for _, b, _ in flows])
-        w = np.array([x for _, _, x in flows])
-        loads, _ = links._route(src, dst, w)
-        row("pipeline send")[:] += loads
+    for kind, flows in (("pipeline send", plan.pipeline.p2p_flows),
+                        ("tied embedding sync", plan.pipeline.tied_flows)):
+        if flows:
+            src = np.array([a for a, _, _ in flows])
+            dst = np.array([b for _, b, _ in flows])
+            w = np.array([x for _, _, x in flows])
+            loads, _ = links._route(src, dst, w)
+            row(kind)[:] += loads
     load = np.array(rows) if rows else np.zeros((0, len(links.links)))
     used = np.flatnonzero(load.sum(axis=0) > 0)
     names = tuple(
@@ -166,7 +167,7 @@ def gpu_traffic_matrix(
             base = st.hosts[0] * g
             k = part.shape[0]
             matrix[base : base + k, base : base + k] += part
-        for a, b, nbytes in plan.pipeline.p2p_flows:
+        for a, b, nbytes in (*plan.pipeline.p2p_flows, *plan.pipeline.tied_flows):
             matrix[a, b] += nbytes
         return topology.gpus, matrix
     # (level, q, pattern) -> unit flow matrix: bytes src->dst per byte each rank sends

@@ -468,7 +468,7 @@ def _put_together(
         flows += send_flows(send.src, send.dst, topology.gpus_per_node, m * boundary[i])
         flows += send_flows(send.dst, send.src, topology.gpus_per_node, m * boundary[i])
         p2p_bytes += m * (send.forward_bytes + send.backward_bytes)
-    tied_s, tied_bytes, tied_loads = tied_exchange(
+    tied_s, tied_bytes, tied_loads, tied_flows = tied_exchange(
         micro, links, stage_plans[0].plan, stage_plans[-1].plan, hosts, p)
     loads += tied_loads
     for i, sp in enumerate(stage_plans):
@@ -500,7 +500,8 @@ def _put_together(
     vol_mb = [st.volume_microbatch_s for st in stages]
     volume_step = one_f_one_b_busy(vol_mb, m) + max(st.volume_sync_s for st in stages)
     info = PipelineInfo(tuple(stages), m, micro.meta["config"].batch_size, step, compute, comm,
-                        bubble, p2p_bytes, "1F1B", volume_step, tuple(flows), tied_bytes)
+                        bubble, p2p_bytes, "1F1B", volume_step, tuple(flows), tied_bytes,
+                        tuple(tied_flows))
     return _merge(micro, topology, links, mode, cost_model, limit, info, loads, stage_plans)
 
 

@@ -234,18 +234,22 @@ def plus_seconds(problem: SearchProblem, node: str, extra: np.ndarray) -> Search
 
 def tied_exchange(
     micro: OpGraph, links: LinkModel, first: Plan, last: Plan, hosts: int, p: int
-) -> tuple[float, float, np.ndarray]:
-    """Seconds, bytes (all GPUs) and link loads of the once-per-step all-reduce of a tied
-    embedding's gradient between the first and the last of ``p`` stages of ``hosts`` hosts
-    (Megatron's embedding group): GPU j of each exchanges what :func:`tied_shard_bytes` says,
-    both ways at once; nothing without a tied weight across them."""
-    none = (0.0, 0.0, np.zeros(len(links.links)))
+) -> tuple[float, float, np.ndarray, list[tuple[int, int, float]]]:
+    """Seconds, bytes (all GPUs), link loads and GPU-to-GPU flows (bytes) of the once-per-step
+    all-reduce of a tied embedding's gradient between the first and the last of ``p`` stages
+    of ``hosts`` hosts (Megatron's embedding group): GPU j of each exchanges what
+    :func:`tied_shard_bytes` says, both ways at once; nothing without a tied weight across
+    them."""
+    none = (0.0, 0.0, np.zeros(len(links.links)), [])
     held = tied_shard_bytes(micro, last, first) if p > 1 else None
     if held is None:
         return none
     first_hosts = tuple(range(hosts))
     last_hosts = tuple(range((p - 1) * hosts, p * hosts))
-    gpus = hosts * links.topology.gpus_per_node
+    g = links.topology.gpus_per_node
+    gpus = hosts * g
     there_s, there_b, there = send_seconds(links, first_hosts, last_hosts, held * gpus)
     back_s, back_b, back = send_seconds(links, last_hosts, first_hosts, held * gpus)
-    return max(there_s, back_s), there_b + back_b, there + back
+    flows = (send_flows(first_hosts, last_hosts, g, held * gpus)
+             + send_flows(last_hosts, first_hosts, g, held * gpus))
+    return max(there_s, back_s), there_b + back_b, there + back, flows
