@@ -59,7 +59,7 @@ def main() -> None:
     _per_op(plan, graph, expand)
     exports, export_names = _exports(ctx)
     _downloads(ctx, plan, graph, exports, export_names, mem_fig, gantt, dag)
-    with why_box:
+    with why_box.container(border=True):
         why_this_plan(ctx, plan)
 
 
@@ -68,7 +68,10 @@ def _headline(plan: Plan) -> DeltaGenerator:
     st.markdown(f"**Plan:** {describe(plan)}")
     if plan.search.note:
         st.info(f"Search: {plan.search.note}")
-    why_box = st.container(border=True)  # filled last: it runs a few extra searches
+    # filled last (it prices a few runner-ups); until then it says so, and one slot means the
+    # previous plan's reasons are gone the moment this plan's figures are drawn below it
+    why_box = st.empty()
+    why_box.info("Why this plan: pricing its decisions against their runner-ups...")
     c = st.columns(4)
     c[0].metric(
         "Step time",
