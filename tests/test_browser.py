@@ -281,6 +281,36 @@ def test_lower_the_network_the_plan_changes_here_is_why(server, tab):
     shoot(tab, "sweep-slow-network")
 
 
+def _why_text(text: str) -> str:
+    """The 'Why this plan' box's words in the main area's text (it stands above the figures)."""
+    start = text.find("Why this plan")
+    return text[start:text.find("Step time", start)] if start >= 0 else ""
+
+
+def test_stale_reasons_never_show_beside_new_figures(server, tab):
+    """While a changed cluster is replanned, the previous plan's 'Why this plan' never stands
+    beside the new plan's line: it is replaced by 'pricing...' until the new reasons are in."""
+    tab.goto(f"{server}/?model=gpt2&topo=dgx-a100:2")
+    settle(tab)
+    wait_text(tab, "over the runner-up")  # the box is filled last, after the charts
+    before_plan = tab.locator("p", has_text="Plan:").first.inner_text()
+    before_why = _why_text(main_text(tab))
+    assert "runner-up" in before_why
+    slider = tab.locator('[data-testid="stSidebar"] [data-testid="stSlider"] input').first
+    slider.focus()
+    slider.press("Home")
+    deadline = time.monotonic() + RUN_TIMEOUT_MS / 1000
+    seen_new = 0
+    while time.monotonic() < deadline and seen_new < 20:
+        text = main_text(tab)
+        plan_line = next((ln for ln in text.splitlines() if ln.startswith("Plan:")), "")
+        if plan_line and plan_line != before_plan:
+            seen_new += 1
+            assert _why_text(text) != before_why, "the old reasons beside the new plan"
+        tab.wait_for_timeout(50)
+    assert seen_new, "the plan never changed"
+
+
 def test_review_pack_and_chart_exports(server, tab):
     tab.goto(f"{server}/{QUERY}")
     settle(tab)
