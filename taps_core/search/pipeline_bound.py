@@ -70,7 +70,7 @@ class ShapeBound:
     microbatches: int
     bound_s: float
     how: str
-    split: tuple[int, ...] | None = None  # layers per stage where the bound is least, if known
+    split: tuple[int, ...] | None = None  # pipeline_dual.estimated_split, where it was computed
 
 
 @dataclass(frozen=True)

@@ -248,8 +248,8 @@ def _refined(
     label: str,
 ) -> Plan:
     """The fastest of ``plan`` and the pipelines of ``shapes`` (each with the layer splits
-    :func:`~taps_core.search.pipeline.candidate_splits` gives and the one where the shape's
-    bound is least, every stage searched exactly)."""
+    :func:`~taps_core.search.pipeline.candidate_splits` gives and the one the shape's stage
+    charges estimate best, :attr:`ShapeBound.split`; every stage searched exactly)."""
     best = plan
     span = layer_range(graph)
     if span is None:
