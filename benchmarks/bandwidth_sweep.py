@@ -172,7 +172,10 @@ def locate(
     (lo_bw, lo_plan), (hi_bw, hi_plan) = lo, hi
     while _signature(lo_plan) != _signature(hi_plan) and len(out) < 4:
         a_bw, b_bw, b_plan = lo_bw, hi_bw, hi_plan
-        for _ in range(steps):
+        # equal-cost twins at the low end: the switch is there, no bisection can place it better
+        at_lo = step_time_at(graph, hi_plan, nodes, lo_bw)
+        twins = abs(at_lo - lo_plan.total_time_s) <= TIE_REL * lo_plan.total_time_s
+        for _ in range(0 if twins else steps):
             mid = float(np.sqrt(a_bw * b_bw))
             plan = _taps(graph, nodes, mode, mid)
             if plan is None:
@@ -182,8 +185,9 @@ def locate(
             else:
                 b_bw, b_plan = mid, plan
         changed = sum(x.strategy != y.strategy for x, y in zip(lo_plan.ops, b_plan.ops))
-        gap = step_time_at(graph, lo_plan, nodes, b_bw) - b_plan.total_time_s
-        tie = abs(gap) <= TIE_REL * b_plan.total_time_s
+        gap = (lo_plan.total_time_s - at_lo if twins
+               else step_time_at(graph, lo_plan, nodes, b_bw) - b_plan.total_time_s)
+        tie = twins or abs(gap) <= TIE_REL * b_plan.total_time_s
         out.append(
             Change(
                 a_bw,

@@ -49,6 +49,7 @@ from taps_core.studies.shape import Shape, plan_shape, shape_change_words
 MAX_POINTS = 40
 BISECT_RATIO = 1.1  # a change is located once its interval's high/low bandwidth ratio is below
 MAX_BISECTIONS = 16  # searches spent locating changes, over the whole sweep
+TIE_REL = 1e-9  # plans whose step times agree this closely are equal-cost twins
 
 
 def log_bandwidths(low_Bps: float, high_Bps: float, points: int) -> tuple[float, ...]:
@@ -548,7 +549,7 @@ class SweepRun:
                 self._record(a, b, located=False)
         while pending:
             a, b = pending.pop(0)
-            if b / a <= BISECT_RATIO or budget <= 0:
+            if b / a <= BISECT_RATIO or budget <= 0 or self._tie(a, b):
                 self._record(a, b, located=True)
                 continue
             m = bandwidth_key(math.sqrt(a * b))
@@ -560,6 +561,18 @@ class SweepRun:
                 self._record(*sub, located=False)
             pending[:0] = subs
             yield self.snapshot(grid)
+
+    def _tie(self, a: float, b: float) -> bool:
+        """Whether TAPS's plan at ``b`` costs at ``a`` what the plan found there does: two
+        plans of equal cost at ``a``, so the switch is at ``a`` and no search can locate it
+        better (memory-bound plans flip between such twins often)."""
+        below, above = self._taps_plan(a), self._taps_plan(b)
+        if not (isinstance(below, Plan) and isinstance(above, Plan)):
+            return False
+        there = self._reprice(above, a, b)
+        return there is not None and math.isclose(
+            there.total_time_s, below.total_time_s, rel_tol=TIE_REL, abs_tol=0.0
+        )
 
     def _record(self, a: float, b: float, *, located: bool) -> None:
         below, above = self._taps_plan(a), self._taps_plan(b)
