@@ -19,6 +19,7 @@ from benchmarks.config import BenchConfig, workload
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.presets import preset
 from taps_core.costs.collectives import TopologyCost
+from taps_core.plan.claims import STAGES_UNPROVEN, search_status
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import describe, strategy_words
 from taps_core.search.baselines import BASELINES, compare, reduction
@@ -59,10 +60,11 @@ class QualityRow:
     material: bool = False
     realistic: bool = False
     skipped: str = ""
-    all_optimal: bool | None = None  # every fitting plan (a pipeline: every stage plan) proven
-    pipelined: bool = False  # some fitting plan has pipeline stages (shape: guided enumeration)
+    all_optimal: bool | None = None  # every fitting plan proven optimal over its whole space
+    pipelined: bool = False  # some fitting plan has pipeline stages
     volume_best_own: bool | None = None  # no fitting plan beats volume's under volume's model
     taps_fastest: bool | None = None  # TAPS's step time is never above a baseline's
+    shapes_open: bool = False  # not all proven, but only pipeline shapes were left unbounded
 
     @property
     def key(self) -> str:
@@ -121,11 +123,20 @@ def _is_material(volume: Plan, cfg: BenchConfig) -> bool:
 
 
 def proven(plan: Plan) -> bool:
-    """A flat plan proven optimal, or a pipelined plan whose every stage plan is (the pipeline
-    shape itself comes from a guided enumeration: counted apart, see ``pipelined``)."""
-    if plan.pipeline is not None:
-        return all(st.plan.search.status == "optimal" for st in plan.pipeline.stages)
+    """The plan's search proved it optimal over its whole space (stages included for TAPS)."""
     return plan.search.status == "optimal"
+
+
+def only_shapes_open(plan: Plan) -> bool:
+    """Proven over every plan without stages (and every framework configuration), with only
+    other pipeline shapes left unbounded: the default search's proof in training on several
+    hosts (``--prove-stages`` bounds the shapes too)."""
+    if "pipeline shapes are not searched" in plan.search.note:  # the volume search's space
+        return True
+    return STAGES_UNPROVEN in plan.search.note and search_status(plan).startswith(
+        ("optimal among plans without stages", "the fastest framework configuration",
+         "each stage's plan optimal")
+    )
 
 
 def run_scenario(
@@ -151,6 +162,8 @@ def run_scenario(
     taps = plans["taps"]
     if fitting:
         row.all_optimal = all(proven(p) for p in fitting)
+        row.shapes_open = not row.all_optimal and all(
+            proven(p) or only_shapes_open(p) for p in fitting)
         row.pipelined = any(p.pipeline is not None for p in fitting)
         volume = plans["volume"]
         if isinstance(volume, Plan):
@@ -280,6 +293,8 @@ def summarise(rows: list[QualityRow]) -> dict[str, object]:
                                 if r.taps_fastest is not None),
             "with_taps": sum(r.taps_fastest is not None for r in checked),
             "not_optimal": [r.key for r in checked if not r.all_optimal],
+            "shapes_open": sum(r.shapes_open for r in checked),
+            "gap_left": [r.key for r in checked if not r.all_optimal and not r.shapes_open],
             "pipelined": sum(r.pipelined for r in checked),
         },
         "scenarios": len(rows),

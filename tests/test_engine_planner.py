@@ -439,3 +439,17 @@ def test_lagrangian_only_search_brackets_the_exact_optimum():
     again = search(graph, topo, memory_limit_bytes=limit, time_budget_s=None, expert_seed=False,
                    pipeline=False, exact_fronts=False)
     assert again.choices == quick.choices
+
+
+def test_volume_plan_cut_at_the_taps_plan_is_its_proven_optimum(gpt2_small):
+    """The volume-based search's space has no pipeline stages: when nothing there beats the
+    TAPS plan's volume objective and that plan has no stages, it is the volume search's proven
+    optimum (it was labelled merely feasible)."""
+    from taps_core.search.pipeline import objective
+
+    for topo, mode in (("dgx-a100:1", "infer"), ("dgx-a100:2", "train")):
+        plans = compare(gpt2_small, preset(topo), mode=mode)
+        taps, volume = plans["taps"], plans["volume"]
+        assert objective(volume, "volume") <= objective(taps, "volume") * (1 + 1e-12)
+        if volume.pipeline is None:
+            assert volume.search.status == "optimal", (topo, volume.search.note)

@@ -182,13 +182,16 @@ def _volume_below(
             cutoff_s=objective(taps, "volume"),
         )
     except SlowerThanCutoffError:
+        # the volume-based search's space has no stages: a TAPS plan without them is its
+        # proven optimum; a pipelined one lies outside that space and beats all of it
+        flat = taps.pipeline is None
         return replace(taps, label="volume", cost_model="volume", search=SearchInfo(
             algorithm="dp-layered",
             time_s=time.perf_counter() - start,
             num_strategies=taps.search.num_strategies,
-            status="feasible",
-            note="the TAPS plan: no plan without stages has a lower volume objective (proven "
-            "by bounds); pipeline shapes are not searched under the volume model",
+            status="optimal" if flat else "feasible",
+            note="the TAPS plan: no plan without stages has a lower volume objective (proven by "
+            "bounds); pipeline shapes are not searched under the volume model",
         ))
 
 

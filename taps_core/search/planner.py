@@ -157,6 +157,12 @@ def search(
     return flat
 
 
+def stages_possible(graph: OpGraph, topology: Topology, mode: str) -> bool:
+    """Whether pipeline stages lie in the space: training, on several hosts, at least two
+    layers. Where they do not, a proof over plans without stages covers the whole space."""
+    return mode == "train" and topology.nodes > 1 and graph.num_layers >= 2
+
+
 def expert_plan(
     graph: OpGraph,
     topology: Topology,
@@ -309,9 +315,7 @@ def _with_seed(
     is "feasible" with the compute floor (every FLOP at peak x efficiency on every GPU) as the
     certified bound."""
 
-    staged = pipeline is not False and mode == "train" and topology.nodes > 1 and (
-        graph.num_layers >= 2
-    )
+    staged = pipeline is not False and stages_possible(graph, topology, mode)
     open_note = STAGES_UNPROVEN
     if flat is not None and flat.total_time_s < seed.total_time_s:
         if not staged:
