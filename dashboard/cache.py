@@ -130,6 +130,39 @@ def _message(err: BaseException) -> str:
     return f"input could not be read ({type(err).__name__}: {first})"
 
 
+@st.cache_data(ttl=TTL, max_entries=32, show_spinner=False)
+def framework_plan(
+    work: Workload, topo_json: str, mode: str, memory_limit_bytes: float | None
+) -> Plan | None:
+    """The fastest configuration Megatron-LM or DeepSpeed would run (the exhaustive search
+    TAPS's own search starts from; seconds at most): what the page shows while TAPS searches,
+    and the seed :func:`plan` hands on. None when the model has no such space or nothing fits."""
+    from taps_core.search.planner import expert_plan
+
+    g = graph_or_failure(work)
+    if isinstance(g, Failure):
+        return None
+    try:
+        found = expert_plan(g, topology(topo_json), mode=mode,
+                            memory_limit_bytes=memory_limit_bytes, links=link_model(topo_json))
+    except TapsError:
+        return None
+    return found
+
+
+@st.cache_resource(show_spinner=False)
+def _planned() -> set[tuple[Any, ...]]:
+    """Arguments of :func:`plan` calls that have returned (shared by sessions): a page can
+    tell a cached plan from a search it would wait for. An entry outliving its cached value
+    only means no preview is drawn before that search."""
+    return set()
+
+
+def plan_ready(*args: Any) -> bool:
+    """Whether :func:`plan` with these arguments has returned before (see :func:`_planned`)."""
+    return args in _planned()
+
+
 @st.cache_data(ttl=TTL, max_entries=64, show_spinner=False)
 def plan(
     work: Workload,
@@ -144,6 +177,8 @@ def plan(
     g = graph_or_failure(work)
     if isinstance(g, Failure):
         return g
+    seed = framework_plan(work, topo_json, mode, memory_limit_bytes) if (
+        cost_model == "topology") else None
     try:
         found = search(
             g,
@@ -154,9 +189,12 @@ def plan(
             label="taps" if cost_model == "topology" else "volume",
             links=link_model(topo_json),
             prove_stages=prove_stages,
+            seed_plan=seed,
         )
     except TapsError as err:
         return Failure(str(err))
+    finally:
+        _planned().add((work, topo_json, mode, cost_model, memory_limit_bytes, prove_stages))
     return relabel_stages(found, g)
 
 

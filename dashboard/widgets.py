@@ -307,11 +307,15 @@ def need_plan(ctx: Context, prove_stages: bool = False) -> Plan:
     need_model(ctx)
     need_topology(ctx)
     what = "Bounding every pipeline shape" if prove_stages else "Searching plans"
+    args = (ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes,
+            prove_stages)
+    preview = st.empty()
+    if ctx.cost_model == "topology" and not cache.plan_ready(*args):
+        with preview.container():
+            framework_preview(ctx)
     with st.spinner(f"{what} for {ctx.model} on {ctx.topo_label}…"):
-        plan = cache.plan(
-            ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes,
-            prove_stages,
-        )
+        plan = cache.plan(*args)
+    preview.empty()
     if isinstance(plan, cache.Failure):
         message = plan.message
         if ctx.mode == "infer":  # the engine's hint lists inference among the remedies
@@ -319,6 +323,29 @@ def need_plan(ctx: Context, prove_stages: bool = False) -> Plan:
         st.error(message)
         st.stop()
     return plan
+
+
+def framework_preview(ctx: Context) -> None:
+    """While TAPS searches: the fastest configuration Megatron-LM or DeepSpeed would run (the
+    exhaustive search TAPS starts from, seconds at most), marked as a preview that the plan
+    replaces. Draws nothing when the model has no framework space or nothing fits."""
+    from dashboard.charts import fmt_gib, memory_figure
+    from taps_core.plan.report import describe, fmt_seconds
+
+    seed = cache.framework_plan(ctx.workload, ctx.topo_json, ctx.mode, ctx.memory_limit_bytes)
+    if seed is None:
+        return
+    config = seed.search.note.rsplit(": ", 1)[-1]  # the note ends with the configuration
+    config = f"`{config}`, " if config.startswith("tp=") else ""
+    with st.container(border=True):
+        st.markdown(
+            f"**Preview while TAPS searches:** the fastest configuration Megatron-LM or "
+            f"DeepSpeed would run, found exhaustively: {config}step "
+            f"**{fmt_seconds(seed.total_time_s)}**, {fmt_gib(seed.memory.total)} per GPU "
+            f"({describe(seed)}). TAPS's plan is never slower; it replaces this box when its "
+            "search is done."
+        )
+        show_chart(memory_figure(seed), "preview_memory")
 
 
 def why_this_plan(ctx: Context, plan: Plan) -> None:

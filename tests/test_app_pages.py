@@ -586,3 +586,24 @@ def test_an_expressible_plan_downloads_all_three_exports():
     assert helps["DeepSpeed config (.json)"].startswith(f"{stem}deepspeed-config.json")
     assert helps["DTensor plan (.py)"].startswith(f"{stem}dtensor-plan.py")
     assert not [i.value for i in at.info if i.value.startswith("not expressible")]
+
+
+def _preview_only() -> None:
+    from dashboard.widgets import current, framework_preview
+
+    framework_preview(current())
+
+
+def test_while_taps_searches_the_framework_configuration_is_previewed_then_replaced():
+    """The preview names the configuration and its step and draws its memory; once the plan
+    is found the page holds the plan alone (no preview left beside its figures)."""
+    at = AppTest.from_function(_preview_only, default_timeout=120)
+    at.query_params.update({**SMALL, "batch": "16"})
+    at.run()
+    assert not at.exception, at.exception[0].message if at.exception else ""
+    words = " ".join(m.value for m in at.markdown)
+    assert "Preview while TAPS searches" in words and "tp=" in words and "step" in words
+    assert titles(at) and "memory" in titles(at)[0].lower()
+    page = app("plan", batch="12")  # a workload no other test plans: its search runs here
+    assert not any("Preview while TAPS searches" in m.value for m in page.markdown)
+    assert metric(page, "Step time")

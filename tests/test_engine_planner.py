@@ -453,3 +453,23 @@ def test_volume_plan_cut_at_the_taps_plan_is_its_proven_optimum(gpt2_small):
         assert objective(volume, "volume") <= objective(taps, "volume") * (1 + 1e-12)
         if volume.pipeline is None:
             assert volume.search.status == "optimal", (topo, volume.search.note)
+
+
+def test_a_seed_found_before_is_used_and_gives_the_same_plan(gpt2_small, monkeypatch):
+    """The dashboard shows the framework seed while TAPS searches and hands it on: the search
+    does not look for it again and returns exactly the plan it finds on its own."""
+    from taps_core.search import planner
+
+    topo = preset("dgx-a100:2")
+    alone = search(gpt2_small, topo)
+    seed = planner.expert_plan(gpt2_small, topo)
+    assert seed is not None
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the seed was searched again")
+
+    monkeypatch.setattr(planner, "expert_plan", refuse)
+    handed = search(gpt2_small, topo, seed_plan=seed)
+    assert handed.total_time_s == alone.total_time_s
+    assert [op.strategy for op in handed.ops] == [op.strategy for op in alone.ops]
+    assert handed.search.status == alone.search.status

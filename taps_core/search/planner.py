@@ -57,6 +57,7 @@ def search(
     expert_seed: bool = True,
     exact_fronts: bool = True,
     prove_stages: bool = False,
+    seed_plan: Plan | None = None,
 ) -> Plan:
     """Best plan under ``cost_model`` within ``space`` (and ``allow``), reported topology-aware.
 
@@ -78,6 +79,9 @@ def search(
     ``exact_fronts`` False stops it at the Lagrangian bound instead: deterministic, fast, the
     gap reported (what pricing a decision against its runner-up needs).
 
+    ``seed_plan``: what :func:`expert_plan` returned for these same inputs (a caller that
+    showed it while this search runs), so it is not searched again.
+
     ``prove_stages`` bounds every pipeline shape (:mod:`taps_core.search.pipeline_bound`,
     seconds to a minute on large models): "optimal" when every shape's bound is above the plan,
     else the least bound of the open shapes is the certified one instead of the compute floor.
@@ -88,8 +92,10 @@ def search(
     links = links or LinkModel(topology)  # one routing of each pattern for the whole search
     seed = None
     if allow is None and cost_model == "topology" and expert_seed and space == SearchSpace():
-        seed = expert_plan(graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes,
-                           links=links, max_stages=1 if pipeline is False else None)
+        reuse = seed_plan is not None and seed_plan.mode == mode and pipeline is not False
+        seed = seed_plan if reuse else expert_plan(
+            graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, links=links,
+            max_stages=1 if pipeline is False else None)
     cutoff = seed.total_time_s if seed is not None else math.inf
     flat: Plan | None = None
     error: InfeasibleError | None = None
