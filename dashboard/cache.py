@@ -225,12 +225,15 @@ def fixed(
 def comparison(
     work: Workload, topo_json: str, mode: str, memory_limit_bytes: float | None
 ) -> dict[str, Plan | NotFitting] | Failure:
-    """TAPS against the volume, Megatron and data-parallel plans."""
+    """TAPS against the volume, Megatron and data-parallel plans; TAPS's is the Plan page's
+    (cached: not searched again)."""
     g = graph_or_failure(work)
     if isinstance(g, Failure):
         return g
+    taps = plan(work, topo_json, mode, "topology", memory_limit_bytes)
     try:
-        plans = compare(g, topology(topo_json), mode=mode, memory_limit_bytes=memory_limit_bytes)
+        plans = compare(g, topology(topo_json), mode=mode, memory_limit_bytes=memory_limit_bytes,
+                        known={"taps": taps} if isinstance(taps, Plan) else None)
     except TapsError as err:
         return Failure(str(err))
     return {k: relabel_stages(p, g) if isinstance(p, Plan) else p for k, p in plans.items()}

@@ -473,3 +473,31 @@ def test_a_seed_found_before_is_used_and_gives_the_same_plan(gpt2_small, monkeyp
     assert handed.total_time_s == alone.total_time_s
     assert [op.strategy for op in handed.ops] == [op.strategy for op in alone.ops]
     assert handed.search.status == alone.search.status
+
+
+def test_compare_seeds_taps_with_the_framework_baselines_and_takes_known_plans(
+    gpt2_small, monkeypatch
+):
+    """compare finds the framework configurations once (TAPS starts from the faster, not
+    searched again) and takes a plan it is given; the figures equal a plain run's."""
+    from taps_core.search import baselines, planner
+
+    topo = preset("dgx-a100:2")
+    plain = compare(gpt2_small, topo, mode="train")
+    assert plain["taps"].total_time_s == search(gpt2_small, topo).total_time_s
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("searched again")
+
+    monkeypatch.setattr(planner, "expert_plan", refuse)
+    seeded = compare(gpt2_small, topo, mode="train")
+    monkeypatch.setattr(baselines, "search", refuse)  # TAPS given: only volume may search
+    given = compare(gpt2_small, topo, mode="train", known={"taps": plain["taps"]})
+    for plans in (seeded, given):
+        assert list(plans) == list(plain)
+        for label, p in plain.items():
+            if isinstance(p, NotFitting):
+                assert plans[label] == p, label
+                continue
+            assert plans[label].total_time_s == p.total_time_s, label
+            assert plans[label].search.status == p.search.status, label

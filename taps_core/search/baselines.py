@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 
 import numpy as np
@@ -17,7 +18,7 @@ from taps_core.errors import InfeasibleError
 from taps_core.ir.graph import OpGraph, OpSpec
 from taps_core.ir.strategies import SearchSpace, Strategy
 from taps_core.plan.records import NotFitting, Plan, SearchInfo
-from taps_core.search.configs import best_configuration, supports
+from taps_core.search.configs import found_plan, search_configurations, supports
 from taps_core.search.fixed_config import tp_letter
 from taps_core.search.flat import SlowerThanCutoffError, search_flat
 from taps_core.search.pipeline import objective
@@ -87,6 +88,7 @@ def compare(
     space: SearchSpace = SearchSpace(),
     time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
     pipeline: bool | None = None,
+    known: Mapping[str, Plan | NotFitting] | None = None,
 ) -> dict[str, Plan | NotFitting]:
     """TAPS against the volume-based search, Megatron-style and data-parallel plans.
 
@@ -97,6 +99,10 @@ def compare(
     checkpointing). When the memory limit binds, a fitting baseline plan is also a candidate
     for TAPS (it lies in TAPS's space), so TAPS never reports a slower plan than one it was
     shown.
+
+    The framework baselines run first: the faster of the two is the configuration TAPS's
+    search starts from (its ``seed_plan``), not searched twice. ``known`` holds plans already
+    found for these same inputs (e.g. the TAPS plan a page has shown), taken as they are.
     """
 
     links = LinkModel(topology)
@@ -119,27 +125,36 @@ def compare(
             "pipeline": False,
         },
     }
-    out: dict[str, Plan | NotFitting] = {}
+    out: dict[str, Plan | NotFitting] = dict(known or {})
     batch = getattr(graph.meta.get("config"), "batch_size", None)
-    for label, kw in runs.items():
+    # each framework's whole space, searched once: its baseline and TAPS's starting point
+    spaces = {
+        label: search_configurations(
+            graph, topology, mode=mode, space=sp, memory_limit_bytes=memory_limit_bytes,
+            links=links, label=label, max_stages=1 if pipeline is False else None,
+        )
+        for label, sp in FRAMEWORK_OF.items()
+        if layered and space == SearchSpace() and not (label in out and "taps" in out)
+    }
+    for label in runs:
+        if label in out:
+            continue
+        kw = runs[label]
         if label == "data_parallel" and batch is not None and batch % topology.num_gpus:
             out[label] = NotFitting(
                 label, f"data parallelism needs the batch ({batch}) to be a multiple of the "
                 f"{topology.num_gpus} GPUs")
             continue
         try:
-            if label in FRAMEWORK_OF and layered and space == SearchSpace():
-                out[label] = best_configuration(
-                    graph, topology, mode=mode, space=FRAMEWORK_OF[label],
-                    memory_limit_bytes=memory_limit_bytes, links=links, label=label,
-                    max_stages=1 if pipeline is False else None,
-                )
+            if label in spaces:
+                out[label] = found_plan(spaces[label])
                 continue
             taps = out.get("taps")
             if label == "volume" and layered and pipeline is not True and isinstance(taps, Plan):
                 out[label] = _volume_below(graph, topology, taps, mode, memory_limit_bytes,
                                            space, links, time_budget_s)
                 continue
+            seed = [x.plan for x in spaces.values() if x.plan is not None]
             out[label] = search(
                 graph,
                 topology,
@@ -149,10 +164,13 @@ def compare(
                 label=label,
                 links=links,
                 time_budget_s=time_budget_s,
+                seed_plan=min(seed, key=lambda p: (p.total_time_s, p.search.algorithm))
+                if label == "taps" and seed else None,
                 **{"pipeline": pipeline, **kw},
             )  # type: ignore[arg-type]
         except InfeasibleError as err:
             out[label] = NotFitting(label, str(err))
+    out = {label: out[label] for label in runs}  # the report's order
     return _share_candidates(out)
 
 

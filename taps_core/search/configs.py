@@ -430,15 +430,19 @@ def best_configuration(
     max_stages: int | None = None,
 ) -> Plan:
     """The plan of :func:`search_configurations`; raises InfeasibleError when none fits."""
-    found = search_configurations(
+    return found_plan(search_configurations(
         graph, topology, mode=mode, space=space, memory_limit_bytes=memory_limit_bytes,
         links=links, label=label, max_stages=max_stages,
-    )
+    ))
+
+
+def found_plan(found: ConfigSearch) -> Plan:
+    """The plan of a framework's exhaustive search; raises InfeasibleError when none fits."""
     if found.plan is None:
         least = min((pr.memory_bytes for pr in found.priced), default=math.inf)
         raise InfeasibleError(
-            f"memory: no {space} configuration fits (the leanest of {len(found.priced)} needs "
-            f"{least / 2**30:.3g} GiB per device); use more GPUs or a smaller batch"
+            f"memory: no {found.space} configuration fits (the leanest of {len(found.priced)} "
+            f"needs {least / 2**30:.3g} GiB per device); use more GPUs or a smaller batch"
         )
     return found.plan
 

@@ -389,7 +389,9 @@ class SweepRun:
             except TapsError as err:
                 found = {"taps": NotFitting("taps", str(err))}
         else:
-            self.searches += 4
+            taps = self._found.get(("taps", bw))
+            known = {"taps": taps.plan} if taps is not None and taps.priced.searched else {}
+            self.searches += 4 - len(known)
             found = dict(
                 compare(
                     self.graph,
@@ -397,6 +399,7 @@ class SweepRun:
                     mode=self.mode,
                     memory_limit_bytes=self.memory_limit_bytes,
                     pipeline=self.pipeline,
+                    known=known,
                 )
             )
         for lb, plan in found.items():
