@@ -19,7 +19,7 @@ from benchmarks.config import BenchConfig, workload
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.presets import preset
 from taps_core.costs.collectives import TopologyCost
-from taps_core.plan.claims import STAGES_UNPROVEN, search_status
+from taps_core.plan.claims import search_status
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import describe, strategy_words
 from taps_core.search.baselines import BASELINES, compare, reduction
@@ -130,12 +130,13 @@ def proven(plan: Plan) -> bool:
 
 
 def only_shapes_open(plan: Plan) -> bool:
-    """Proven over every plan without stages (and every framework configuration), with only
-    other pipeline shapes left unbounded: the default search's proof in training on several
-    hosts (``--prove-stages`` bounds the shapes too)."""
+    """Proven but for the pipeline shapes: over every plan without stages and every framework
+    configuration with other shapes left unbounded (the default search in training on several
+    hosts; ``--prove-stages`` bounds them), or, for a model that is not a stack of identical
+    layers, every stage's plan proven with the shape from the guided pipeline search."""
     if "pipeline shapes are not searched" in plan.search.note:  # the volume search's space
         return True
-    return STAGES_UNPROVEN in plan.search.note and search_status(plan).startswith(
+    return search_status(plan).startswith(
         ("optimal among plans without stages", "the fastest framework configuration",
          "each stage's plan optimal")
     )

@@ -83,10 +83,12 @@ def _fair_bullet(fair: dict[str, object]) -> str:
         f"{fair['scenarios_with_plans']} scenarios with a fitting plan, every plan's "
         f"status is proven optimal over its whole space in **{fair['all_optimal']}**"
         + (
-            f"; in **{open_}** more, every plan is proven over all plans without stages and "
-            "every framework configuration (pipelined ones included), and only other pipeline "
-            "shapes are left unbounded: the default search does not bound them in training on "
-            "several hosts (`--prove-stages` does), so those plans say `feasible`"
+            f"; in **{open_}** more, every plan is proven but for the pipeline shapes, so those "
+            "plans say `feasible`: proven over all plans without stages and every framework "
+            "configuration (pipelined ones included) with other shapes left unbounded (the "
+            "default search in training on several hosts; `--prove-stages` bounds them), or, "
+            "for ResNet-50 (not a stack of identical layers), every stage's plan proven with "
+            "the stage count and split from a guided search"
             if open_ is not None and open_ else ""
         )
         + (f"; a proven gap remains in {len(gaps)} (memory binds: {', '.join(gaps[:6])}"
