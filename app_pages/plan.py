@@ -291,7 +291,7 @@ def _on_click(
 
     def report() -> str:
         return html_report(plan, list(figures().values()), rows=op_rows(plan, graph), url=url,
-                           cluster=ctx.topo_label)
+                           cluster=ctx.topo_label, topology=topo)
 
     def pack() -> bytes:
         files = {

@@ -13,6 +13,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from dashboard.charts import fmt_gib
+from dashboard.links_view import busiest_link_groups, devices_of
+from taps_core.cluster.topology import Topology
 from taps_core.plan.claims import search_status
 from taps_core.plan.records import Plan
 from taps_core.plan.report import describe, fmt_bytes, fmt_seconds
@@ -70,9 +72,12 @@ def html_report(
     rows: Sequence[dict] = (),
     url: str = "",
     cluster: str | None = None,
+    topology: Topology | None = None,
 ) -> str:
     """The report as one HTML string (a few MB: plotly.js is inside); ``cluster`` names the
-    cluster with its edits by value (default: the plan's topology name)."""
+    cluster with its edits by value (default: the plan's topology name). With the plan's
+    ``topology``, links of the same load are one row of the busiest links (how many, where),
+    as on the Links page, so the table stays short at many hosts."""
     headline = [
         {"figure": "step time", "value": fmt_seconds(plan.total_time_s)},
         {"figure": "communication time", "value": fmt_seconds(plan.comm_time_s)},
@@ -99,7 +104,8 @@ def html_report(
                 f"({fmt_seconds(pi.bubble_time_s)}), {fmt_bytes(pi.p2p_bytes)} between stages",
             }
         )
-    links = busiest_link_rows(plan)
+    links = (busiest_link_rows(plan) if topology is None
+             else busiest_link_groups(plan, devices_of(topology)))
     charts = []
     for i, fig in enumerate(figures):
         charts.append(

@@ -21,6 +21,7 @@ from dashboard.charts import (
 )
 from dashboard.exports import plan_exports
 from dashboard.graph_view import dag_figure, dag_layout, layer_groups, op_rows
+from dashboard.links_view import busiest_link_groups, devices_of
 from dashboard.pipeline_view import gantt_figure, relabel_stages, schedule_1f1b
 from dashboard.report_html import html_report
 from dashboard.review_pack import review_pack
@@ -196,6 +197,22 @@ def test_html_report_is_self_contained(gpt2):
     assert "Plotly.newPlot" in page and len(page) > 1_000_000  # plotly.js is embedded once
     assert page.count("plotly.js v") <= 2
     assert "Per-op strategies" in page and "L0.attn.q" in page
+
+
+def test_html_report_groups_links_of_the_same_load(gpt2):
+    """With the topology, the busiest-links table has one row per group of links carrying the
+    same load (how many, where), not one per link: at 16 hosts a per-link table of 40 rows
+    showed a few of hundreds of identical NICs."""
+    graph = build_graph(load_model_config("gpt2").with_workload(batch_size=32, seq_length=256))
+    topo = preset("dgx-a100:16")
+    plan = search(graph, topo, pipeline=False)
+    page = html_report(plan, [], rows=[], topology=topo)
+    table = page.split("<h2>Busiest links</h2>")[1]
+    rows = table.count("<tr>") - 1
+    assert "<th>links</th>" in table and "<th>where</th>" in table
+    groups = busiest_link_groups(plan, devices_of(topo))
+    assert rows == min(40, len(groups)) and sum(g["links"] for g in groups) == len(plan.links)
+    assert len(groups) < len(plan.links) / 4  # identical links folded
 
 
 @pytest.mark.parametrize(
