@@ -23,6 +23,7 @@ from benchmarks.results_block import kept_block, write_block
 from taps_core.cluster.presets import preset
 from taps_core.models import build_graph
 from taps_core.models.config import config_from_dict
+from taps_core.plan.claims import REFINED_SEED
 from taps_core.plan.records import Plan
 from taps_core.search.fixed_config import FixedConfig, plan_fixed
 from taps_core.search.planner import search
@@ -95,7 +96,7 @@ def chosen_configuration(plan: Plan) -> str:
     """The plan as ``tp=..,pp=..,..`` when it is a framework configuration (or its stage
     shape), else "per-op plan, no stages" / "per-op plan, N stages"."""
     found = CONFIG_TEXT.search(plan.search.note)
-    if found and plan.search.algorithm != "taps-stages":
+    if found and plan.search.algorithm != REFINED_SEED:
         return found.group(0)
     stages = len(plan.pipeline.stages) if plan.pipeline is not None else 1
     shape = f"{stages} stages" if stages > 1 else "no stages"

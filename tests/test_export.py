@@ -620,15 +620,19 @@ def test_engine_pipelined_plan_exports_when_the_json_has_stages(tmp_path) -> Non
     assert len(dt.data["stages"]) == stages
 
 
-def test_taps_plan_seeded_by_a_framework_configuration_exports_to_megatron(tmp_path, capsys):
-    """Where TAPS's answer is the fastest Megatron-LM configuration, its export is that
-    configuration's arguments (TP, PP, micro-batch, SP, distributed optimizer), exit 0."""
+def test_fastest_megatron_configuration_exports_to_megatron(tmp_path, capsys):
+    """The fastest Megatron-LM configuration (``--space megatron``, the shape TAPS's own plan
+    refines per op here) exports as that configuration's arguments (TP, PP, micro-batch, SP,
+    distributed optimizer), exit 0."""
     target = tmp_path / "plan.json"
     args = ["plan", "gpt2", "--topology", "dgx-a100:4", "--batch", "64", "--json", str(target)]
     assert main(args) == 0
+    taps = json.loads(target.read_text())["search"]["note"]
+    assert main([*args, "--space", "megatron"]) == 0
     capsys.readouterr()
     note = json.loads(target.read_text())["search"]["note"]
-    assert "tp=2,pp=2,dp=8,mbs=1,sp=1,recompute=none,zero=1" in note, note
+    config = "tp=2,pp=2,dp=8,mbs=1,sp=1,recompute=none,zero=1"
+    assert config in note and config in taps, (note, taps)
     assert main(["export", str(target), "--format", "megatron"]) == 0
     out, _ = capsys.readouterr()
     for flag in ("--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 2",

@@ -8,6 +8,7 @@ from taps_core.units import fmt_seconds
 # said in the note of every plan whose proof leaves pipeline shapes out
 STAGES_UNPROVEN = "other pipeline shapes are not proven"
 FLAT_PROVEN = "optimal among plans without stages"
+REFINED_SEED = "taps-stages"  # algorithm: a framework's shape, every stage's plan searched
 
 
 def search_status(plan: Plan) -> str:
@@ -34,10 +35,14 @@ def search_status(plan: Plan) -> str:
         unproven or s.algorithm.startswith("pipeline")
     ):
         stages = all(st.plan.search.status == "optimal" for st in plan.pipeline.stages)
-        return (
-            "each stage's plan " + ("optimal (proven)" if stages else "best found")
-            + "; stage count, layer split and micro-batches from a guided search (not proven)"
+        shape = (
+            "the stage count, layer split and micro-batches of the fastest framework "
+            "configuration; other pipeline shapes not proven" + floor
+            if s.algorithm == REFINED_SEED else
+            "stage count, layer split and micro-batches from a guided search (not proven)"
         )
+        own = "optimal (proven)" if stages else "best found"
+        return f"each stage's plan {own}; {shape}"
     if s.status == "optimal":
         return "optimal (proven)"
     if s.status == "feasible":

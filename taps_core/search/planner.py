@@ -16,7 +16,7 @@ from taps_core.cluster.topology import Topology
 from taps_core.errors import InfeasibleError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace
-from taps_core.plan.claims import FLAT_PROVEN, STAGES_UNPROVEN
+from taps_core.plan.claims import FLAT_PROVEN, REFINED_SEED, STAGES_UNPROVEN
 from taps_core.plan.records import Plan, SearchInfo
 from taps_core.search.configs import compute_floor_s, search_configurations, supports
 from taps_core.search.flat import SlowerThanCutoffError, search_flat
@@ -65,8 +65,10 @@ def search(
     fastest configuration Megatron-LM or DeepSpeed would run is found first, exhaustively
     (:func:`expert_plan`): it bounds the exact search without stages (what cannot beat it is
     pruned by proven bounds) and TAPS never returns a slower plan. ``pipeline``: False keeps to
-    plans without stages; True also searches every stage of the seed's pipeline shape exactly
-    (minutes on large models, guarded by ``time_budget_s``); None neither.
+    plans without stages; otherwise, when the seed has stages and no plan without them beats
+    it, every stage of the seed's pipeline shape is searched exactly (the per-op plan inside
+    the framework's best shape; seconds, up to a minute on the largest models, no clock).
+    True, with ``prove_stages``, also plans the open shapes of least bound.
 
     Without a seed (a model that is not a stack of identical layers, or rules in ``allow``),
     ``pipeline`` None tries stages in training on several hosts when the plan without stages
@@ -112,9 +114,8 @@ def search(
         cut = True
     if seed is not None:
         flat_proven = cut or (flat is not None and flat.search.status == "optimal")
-        deadline = math.inf if time_budget_s is None else cpu_start + time_budget_s
         plan = _with_seed(graph, topology, flat, flat_proven, seed, mode, memory_limit_bytes,
-                          space, links, label, start, pipeline, deadline)
+                          space, links, label, start, pipeline)
         if prove_stages and STAGES_UNPROVEN in plan.search.note:
             # proven over plans without stages: the plan (flat_proven) or the flat search's gap
             flat_lower = plan.total_time_s if flat_proven else min(
@@ -289,7 +290,7 @@ def _refined(
     )
     note = note.replace(f"; {STAGES_UNPROVEN}", "") + f"); {STAGES_UNPROVEN}"
     return replace(best, label=label, cost_model="topology", search=SearchInfo(
-        "taps-stages", best.search.time_s, best.search.num_strategies, "feasible", 0.0,
+        REFINED_SEED, best.search.time_s, best.search.num_strategies, "feasible", 0.0,
         None, note,
     ))
 
@@ -307,13 +308,12 @@ def _with_seed(
     label: str,
     start: float,
     pipeline: bool | None,
-    deadline: float,
 ) -> Plan:
     """TAPS's answer given the fastest framework configuration ``seed``: the best plan without
-    stages when it beats the seed, else the seed. With ``pipeline`` True a pipelined seed's
-    shape (stages, split, micro-batches) is kept and every stage's plan searched exactly until
-    ``deadline`` (a :func:`~taps_core.solver.clock.cpu_seconds` value; never slower than the
-    seed, whose stage plans lie in that space).
+    stages when it beats the seed, else the seed refined: unless ``pipeline`` is False, a
+    pipelined seed's shape (stages, split, micro-batches) is kept and every stage's plan
+    searched exactly, without a clock (never slower than the seed, whose stage plans lie in
+    that space).
 
     ``flat_proven``: the search without stages proved its optimum (or that nothing beats the
     seed). The status is "optimal" only when that covers the whole space asked for: stages
@@ -348,16 +348,15 @@ def _with_seed(
                 f"configuration; {open_note}",
             ) if x),
         ))
-    best, how, guard = seed, f"the fastest framework configuration ({seed.search.note})", ""
-    if pipeline is True and seed.pipeline is not None:
+    best, how = seed, f"the fastest framework configuration ({seed.search.note})"
+    if pipeline is not False and seed.pipeline is not None:
+        # no clock: the refined plan does not depend on the time budget or the machine
         st = seed.pipeline.stages
         refined = plan_setting(
             graph, topology, p=len(st), m=seed.pipeline.microbatches,
             split=tuple(s.layers[1] - s.layers[0] + 1 for s in st), mode=mode,
-            memory_limit_bytes=memory_limit_bytes, space=space, links=links, deadline=deadline,
+            memory_limit_bytes=memory_limit_bytes, space=space, links=links,
         )
-        if refined is None and cpu_seconds() > deadline:
-            guard = "; stage refinement stopped by the time budget"
         if refined is not None and refined.total_time_s < seed.total_time_s * (1 - 1e-12):
             best = refined
             how = (
@@ -371,12 +370,12 @@ def _with_seed(
     )
     proven = flat_proven and not staged and best.pipeline is None
     info = SearchInfo(
-        seed.search.algorithm if best is seed else "taps-stages",
+        seed.search.algorithm if best is seed else REFINED_SEED,
         time.perf_counter() - start,
         best.search.num_strategies,
         "optimal" if proven else "feasible",
         0.0,
         best.total_time_s if proven else compute_floor_s(graph, topology, mode),
-        f"{how}; {flat_note}" + ("" if proven else f"; {open_note}") + guard,
+        f"{how}; {flat_note}" + ("" if proven else f"; {open_note}"),
     )
     return replace(best, label=label, cost_model="topology", search=info)
