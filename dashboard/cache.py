@@ -158,12 +158,18 @@ def _planned() -> set[tuple[Any, ...]]:
     return set()
 
 
-def plan_ready(*args: Any) -> bool:
+def plan_ready(
+    work: Workload,
+    topo_json: str,
+    mode: str,
+    cost_model: str,
+    memory_limit_bytes: float | None,
+    prove_stages: bool = False,
+) -> bool:
     """Whether :func:`plan` with these arguments has returned before (see :func:`_planned`)."""
-    return args in _planned()
+    return (work, topo_json, mode, cost_model, memory_limit_bytes, prove_stages) in _planned()
 
 
-@st.cache_data(ttl=TTL, max_entries=64, show_spinner=False)
 def plan(
     work: Workload,
     topo_json: str,
@@ -173,7 +179,24 @@ def plan(
     prove_stages: bool = False,
 ) -> Plan | Failure:
     """The searched plan (``taps`` label for the topology cost model, ``volume`` otherwise);
-    ``prove_stages`` bounds every pipeline shape too (the same plan, a stronger claim)."""
+    ``prove_stages`` bounds every pipeline shape too (the same plan, a stronger claim).
+
+    Every argument is passed on, defaults too: Streamlit keys a cached call by the arguments
+    given, so a call leaving ``prove_stages`` out would miss the entry of one that says False
+    and search again (the Plan page did, for its exports and reasons)."""
+    return _plan(work, topo_json, mode, cost_model, memory_limit_bytes, bool(prove_stages))
+
+
+@st.cache_data(ttl=TTL, max_entries=64, show_spinner=False)
+def _plan(
+    work: Workload,
+    topo_json: str,
+    mode: str,
+    cost_model: str,
+    memory_limit_bytes: float | None,
+    prove_stages: bool,
+) -> Plan | Failure:
+    """:func:`plan`, cached under all six arguments."""
     g = graph_or_failure(work)
     if isinstance(g, Failure):
         return g

@@ -448,3 +448,28 @@ def test_review_pack_rendering_retries_a_failing_browser(monkeypatch):
     monkeypatch.setattr(rp.pio, "write_images", missing)
     images, problem = rp.render_images({"a": go.Figure()})
     assert images == {} and "requires the Kaleido package" in problem and calls == [0]
+
+
+def test_a_plan_is_searched_once_however_its_cached_call_is_written(monkeypatch):
+    """Streamlit keys a cached call by the arguments given: the Plan page asked for the plan
+    with ``prove_stages=False`` and its exports and reasons without it, so every first opening
+    searched twice (15 of 30 s for llama3-70b on 16 hosts). Both spellings now share one
+    entry."""
+    from dashboard import cache
+
+    calls = []
+    real = cache.search
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("prove_stages"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cache, "search", counted)
+    work = ("gpt2", None, 8, 136, "bf16")  # a sequence length no other test plans
+    topo = dumps(preset("dgx-a100:2"))
+    args = (work, topo, "train", "topology", None)
+    first = cache.plan(*args)
+    assert cache.plan_ready(*args) and cache.plan_ready(*args, False)
+    again = [cache.plan(*args, False), cache.plan(*args, prove_stages=False), cache.plan(*args)]
+    assert calls == [False]
+    assert all(p.total_time_s == first.total_time_s for p in again)
