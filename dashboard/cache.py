@@ -158,16 +158,10 @@ def _planned() -> set[tuple[Any, ...]]:
     return set()
 
 
-def plan_ready(
-    work: Workload,
-    topo_json: str,
-    mode: str,
-    cost_model: str,
-    memory_limit_bytes: float | None,
-    prove_stages: bool = False,
-) -> bool:
-    """Whether :func:`plan` with these arguments has returned before (see :func:`_planned`)."""
-    return (work, topo_json, mode, cost_model, memory_limit_bytes, prove_stages) in _planned()
+def plan_ready(*args: Any) -> bool:
+    """Whether :func:`plan` with these arguments (positional, ``prove_stages`` last and
+    optional) has returned before (see :func:`_planned`)."""
+    return (args if len(args) == 6 else (*args, False)) in _planned()
 
 
 def plan(
