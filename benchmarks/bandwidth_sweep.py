@@ -175,6 +175,13 @@ def locate(
         # equal-cost twins at the low end: the switch is there, no bisection can place it better
         at_lo = step_time_at(graph, hi_plan, nodes, lo_bw)
         twins = abs(at_lo - lo_plan.total_time_s) <= TIE_REL * lo_plan.total_time_s
+        at_hi = step_time_at(graph, lo_plan, nodes, hi_bw)
+        if not twins and abs(at_hi - hi_plan.total_time_s) <= TIE_REL * hi_plan.total_time_s:
+            # twins at the high end: the plan below is as fast there, the flip is at hi_bw
+            out.append(Change(hi_bw, hi_bw, describe(lo_plan), describe(hi_plan),
+                              diff(lo_plan, hi_plan), _changed(lo_plan, hi_plan),
+                              at_hi - hi_plan.total_time_s, True, hi_plan.search.status))
+            break
         for _ in range(0 if twins else steps):
             mid = float(np.sqrt(a_bw * b_bw))
             plan = _taps(graph, nodes, mode, mid)
@@ -184,7 +191,7 @@ def locate(
                 a_bw = mid
             else:
                 b_bw, b_plan = mid, plan
-        changed = sum(x.strategy != y.strategy for x, y in zip(lo_plan.ops, b_plan.ops))
+        changed = _changed(lo_plan, b_plan)
         gap = (lo_plan.total_time_s - at_lo if twins
                else step_time_at(graph, lo_plan, nodes, b_bw) - b_plan.total_time_s)
         tie = twins or abs(gap) <= TIE_REL * b_plan.total_time_s
@@ -203,6 +210,11 @@ def locate(
         )
         lo_bw, lo_plan = b_bw, b_plan  # a further change may lie between here and hi
     return out
+
+
+def _changed(a: Plan, b: Plan) -> int:
+    """How many ops two plans of the same graph run differently."""
+    return sum(x.strategy != y.strategy for x, y in zip(a.ops, b.ops))
 
 
 def run(cfg: BenchConfig, log: Callable[[str], None] = print) -> list[SweepResult]:

@@ -120,3 +120,29 @@ def test_scaling_slice_beats_the_published_configuration(tmp_path):
     text = doc.read_text()
     assert text.count(scaling.BEGIN) == 1 and text.startswith("# Results\n\nmain run\n")
     assert "| 1.7B | 32 | 512 |" in text and "| optimal | " in text
+
+
+def test_sweep_flip_between_twins_at_the_top_is_not_bisected(monkeypatch):
+    """Where the plan below an interval costs at its top what the plan found there does, the
+    two are equal-cost twins at the top: a tie there, found without a single search (the
+    llama3-70b sweep spent most of its time bisecting such flips)."""
+    from benchmarks import bandwidth_sweep as bs
+
+    graph = build_graph(load_model_config("gpt2").with_workload(batch_size=8, seq_length=256))
+    topo = cluster(2, PRESET_NIC_Bps)
+    low = search(graph, topo, pipeline=False)
+    high = search(graph, topo, pipeline=False, memory_limit_bytes=0.7 * low.memory.total)
+    assert bs._signature(low) != bs._signature(high)
+
+    def priced(g, plan, nodes, nic_Bps):  # below: dearer at the bottom, twin at the top
+        return plan.total_time_s * (2.0 if nic_Bps < 2e9 else 1.0) if plan is high else (
+            high.total_time_s)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("bisected")
+
+    monkeypatch.setattr(bs, "step_time_at", priced)
+    monkeypatch.setattr(bs, "_taps", refuse)
+    found = bs.locate(graph, 2, "train", (1e9, low), (4e9, high), steps=6)
+    assert len(found) == 1 and found[0].tie
+    assert found[0].low_Bps == found[0].high_Bps == 4e9

@@ -213,3 +213,23 @@ def test_own_bandwidth_is_the_plan_pages_plan_and_changes_speak_megatron(gpt2):
         "duplicate work, because at this bandwidth syncing gradients" in words
     assert "planner:" in words and shape_change_words(fast, fast) == ""
     assert sw.changes and all(c.words.startswith(c.structure) for c in sw.changes)
+
+
+def test_twins_at_either_end_of_an_interval_are_a_tie(gpt2, monkeypatch):
+    """A flip is located without bisecting when the two plans cost the same at one end: the
+    plan above re-costed at the bottom, or the plan below re-costed at the top."""
+    from types import SimpleNamespace
+
+    run = SweepRun(gpt2, preset("dgx-a100:2"), labels=("taps",))
+    below = search(gpt2, preset("dgx-a100:2"), pipeline=False)
+    above = search(gpt2, preset("dgx-a100:2"), pipeline=False,
+                   memory_limit_bytes=0.7 * below.memory.total)
+    monkeypatch.setattr(run, "_taps_plan", lambda bw: below if bw == 1.0 else above)
+    for twin_end, expected in ((2.0, True), (1.0, True), (None, False)):
+        def moved(plan, at, found_at, end=twin_end):
+            there = below if at == 1.0 else above
+            same = at == end
+            return SimpleNamespace(total_time_s=there.total_time_s * (1 if same else 1.5))
+
+        monkeypatch.setattr(run, "_reprice", moved)
+        assert run._tie(1.0, 2.0) is expected, twin_end

@@ -566,16 +566,20 @@ class SweepRun:
             yield self.snapshot(grid)
 
     def _tie(self, a: float, b: float) -> bool:
-        """Whether TAPS's plan at ``b`` costs at ``a`` what the plan found there does: two
-        plans of equal cost at ``a``, so the switch is at ``a`` and no search can locate it
-        better (memory-bound plans flip between such twins often)."""
+        """Whether the plans at ``a`` and ``b`` are equal-cost twins at one end: TAPS's plan at
+        ``b`` costs at ``a`` what the plan found there does (the switch is at ``a``), or the
+        plan at ``a`` costs at ``b`` what the plan found there does (at ``b``). No search can
+        locate such a switch better (memory-bound plans flip between twins often)."""
         below, above = self._taps_plan(a), self._taps_plan(b)
         if not (isinstance(below, Plan) and isinstance(above, Plan)):
             return False
-        there = self._reprice(above, a, b)
-        return there is not None and math.isclose(
-            there.total_time_s, below.total_time_s, rel_tol=TIE_REL, abs_tol=0.0
-        )
+        for plan, found_at, at, there in ((above, b, a, below), (below, a, b, above)):
+            moved = self._reprice(plan, at, found_at)
+            if moved is not None and math.isclose(
+                moved.total_time_s, there.total_time_s, rel_tol=TIE_REL, abs_tol=0.0
+            ):
+                return True
+        return False
 
     def _record(self, a: float, b: float, *, located: bool) -> None:
         below, above = self._taps_plan(a), self._taps_plan(b)
