@@ -63,8 +63,9 @@ def search(
 
     With ``expert_seed`` (TAPS: the topology model, the default space, no ``allow``), the
     fastest configuration Megatron-LM or DeepSpeed would run is found first, exhaustively
-    (:func:`expert_plan`): it bounds the exact search without stages (what cannot beat it is
-    pruned by proven bounds) and TAPS never returns a slower plan. ``pipeline``: False keeps to
+    (:func:`expert_plan`; ``seed_plan``: what it returned for these inputs, not found again):
+    it bounds the exact search without stages (what cannot beat it is pruned by proven
+    bounds) and TAPS never returns a slower plan. ``pipeline``: False keeps to
     plans without stages; otherwise, when the seed has stages and no plan without them beats
     it, every stage of the seed's pipeline shape is searched exactly (the per-op plan inside
     the framework's best shape; seconds, up to a minute on the largest models, no clock).
@@ -80,9 +81,6 @@ def search(
     (None: no limit) with the best plan found and a proven lower bound (status "feasible").
     ``exact_fronts`` False stops it at the Lagrangian bound instead: deterministic, fast, the
     gap reported (what pricing a decision against its runner-up needs).
-
-    ``seed_plan``: what :func:`expert_plan` returned for these same inputs (a caller that
-    showed it while this search runs), so it is not searched again.
 
     ``prove_stages`` bounds every pipeline shape (:mod:`taps_core.search.pipeline_bound`,
     seconds to a minute on large models): "optimal" when every shape's bound is above the plan,
