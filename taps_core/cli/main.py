@@ -92,8 +92,11 @@ def _parser() -> argparse.ArgumentParser:
                 "--pipeline",
                 choices=("auto", "on", "off"),
                 default="auto",
-                help="pipeline stages across hosts: auto tries them in training when the plan "
-                "without stages is memory-bound or communication-heavy",
+                help="pipeline stages across hosts: auto and on plan every stage of the fastest "
+                "framework configuration's shape per op when it has stages and wins (models "
+                "with differing layers: auto tries stages when the plan without them is "
+                "memory-bound or communication-heavy); on, with --prove-stages, also plans the "
+                "open shapes of least bound; off keeps to plans without stages",
             )
             q.add_argument(
                 "--prove-stages",
