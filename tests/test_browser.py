@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.dashboard_speed import stop_server
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,12 +90,7 @@ def server(request) -> str:
     )
 
     def stop() -> None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_server(proc)
         log.close()
 
     request.addfinalizer(stop)
