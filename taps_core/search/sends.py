@@ -36,12 +36,11 @@ def send_seconds(
     links: LinkModel, src_hosts: tuple[int, ...], dst_hosts: tuple[int, ...], nbytes: float
 ) -> tuple[float, float, np.ndarray]:
     """Seconds, bytes (all GPUs) and per-link loads of sending a tensor of ``nbytes`` from one
-    stage to the next: GPU j of the first sends 1/G of it to GPU j of the second."""
-    g = links.topology.gpus_per_node
-    src = np.array([h * g + j for h in src_hosts for j in range(g)])
-    dst = np.array([h * g + j for h in dst_hosts for j in range(g)])
+    stage to the next: the flows of :func:`send_flows`, routed."""
+    flows = send_flows(src_hosts, dst_hosts, links.topology.gpus_per_node, nbytes)
+    src, dst, size = (np.array(x) for x in zip(*flows))
     per = nbytes / len(src)
-    loads, latency = links._route(src, dst, np.full(len(src), per))
+    loads, latency = links._route(src, dst, size)
     seconds = float((loads / links.capacity_Bps).max(initial=0.0)) + latency
     return seconds, per * len(src), loads
 
