@@ -13,7 +13,6 @@ measured TFLOP/s per GPU. The table is written into docs/RESULTS.md between the 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -23,8 +22,8 @@ from benchmarks.results_block import kept_block, write_block
 from taps_core.cluster.presets import preset
 from taps_core.models import build_graph
 from taps_core.models.config import config_from_dict
-from taps_core.plan.claims import REFINED_SEED
 from taps_core.plan.records import Plan
+from taps_core.search.configs import configuration_in
 from taps_core.search.fixed_config import FixedConfig, plan_fixed
 from taps_core.search.planner import search
 
@@ -89,18 +88,15 @@ class Row:
     bound_s: float | None = None  # the certified lower bound on any plan (seconds)
 
 
-CONFIG_TEXT = re.compile(r"tp=\d+,pp=\d+,dp=\d+,mbs=\d+,sp=\d,recompute=\w+,zero=\d")
-
-
 def chosen_configuration(plan: Plan) -> str:
     """The plan as ``tp=..,pp=..,..`` when it is a framework configuration (or its stage
     shape), else "per-op plan, no stages" / "per-op plan, N stages"."""
-    found = CONFIG_TEXT.search(plan.search.note)
-    if found and plan.search.algorithm != REFINED_SEED:
-        return found.group(0)
+    found = configuration_in(plan.search.note)
+    if found and plan.search.algorithm.endswith("-exhaustive"):  # the configuration itself
+        return found
     stages = len(plan.pipeline.stages) if plan.pipeline is not None else 1
     shape = f"{stages} stages" if stages > 1 else "no stages"
-    return f"per-op plan, {shape}" + (f" ({found.group(0)} shape)" if found else "")
+    return f"per-op plan, {shape}" + (f" ({found} shape)" if found else "")
 
 
 def plan_run(run: Run, prove: bool = True) -> Row:

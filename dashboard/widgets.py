@@ -331,12 +331,13 @@ def framework_preview(ctx: Context) -> None:
     replaces. Draws nothing when the model has no framework space or nothing fits."""
     from dashboard.charts import fmt_gib, memory_figure
     from taps_core.plan.report import describe, fmt_seconds
+    from taps_core.search.configs import configuration_in
 
     seed = cache.framework_plan(ctx.workload, ctx.topo_json, ctx.mode, ctx.memory_limit_bytes)
     if seed is None:
         return
-    config = seed.search.note.rsplit(": ", 1)[-1]  # the note ends with the configuration
-    config = f"`{config}`, " if config.startswith("tp=") else ""
+    named = configuration_in(seed.search.note)
+    config = f"`{named}`, " if named else ""
     with st.container(border=True):
         st.markdown(
             f"**Preview while TAPS searches:** the fastest configuration Megatron-LM or "

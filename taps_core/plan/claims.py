@@ -9,6 +9,7 @@ from taps_core.units import fmt_seconds
 STAGES_UNPROVEN = "other pipeline shapes are not proven"
 FLAT_PROVEN = "optimal among plans without stages"
 REFINED_SEED = "taps-stages"  # algorithm: a framework's shape, every stage's plan searched
+REFINED_OPEN = "taps-shapes"  # algorithm: an open shape of least bound, planned the same way
 
 
 def search_status(plan: Plan) -> str:

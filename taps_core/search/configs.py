@@ -26,6 +26,7 @@ Models whose layers differ are priced whole, one configuration at a time.
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, replace
 
@@ -434,6 +435,17 @@ def best_configuration(
         graph, topology, mode=mode, space=space, memory_limit_bytes=memory_limit_bytes,
         links=links, label=label, max_stages=max_stages,
     ))
+
+
+# the configuration (``--fixed`` text) an exhaustive search names at the end of its note
+CONFIG_IN_NOTE = re.compile(r"tp=\d+,pp=\d+,dp=\d+,mbs=\d+,sp=\d,recompute=\w+,zero=\d")
+
+
+def configuration_in(note: str) -> str | None:
+    """The framework configuration a search note names (:func:`search_configurations` writes
+    it; plans seeded by it repeat that note), or None."""
+    found = CONFIG_IN_NOTE.search(note)
+    return found.group(0) if found else None
 
 
 def found_plan(found: ConfigSearch) -> Plan:

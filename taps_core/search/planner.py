@@ -16,9 +16,14 @@ from taps_core.cluster.topology import Topology
 from taps_core.errors import InfeasibleError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace
-from taps_core.plan.claims import FLAT_PROVEN, REFINED_SEED, STAGES_UNPROVEN
+from taps_core.plan.claims import FLAT_PROVEN, REFINED_OPEN, REFINED_SEED, STAGES_UNPROVEN
 from taps_core.plan.records import Plan, SearchInfo
-from taps_core.search.configs import compute_floor_s, search_configurations, supports
+from taps_core.search.configs import (
+    compute_floor_s,
+    configuration_in,
+    search_configurations,
+    supports,
+)
 from taps_core.search.flat import SlowerThanCutoffError, search_flat
 from taps_core.search.pipeline import (
     candidate_splits,
@@ -288,7 +293,7 @@ def _refined(
     )
     note = note.replace(f"; {STAGES_UNPROVEN}", "") + f"); {STAGES_UNPROVEN}"
     return replace(best, label=label, cost_model="topology", search=SearchInfo(
-        REFINED_SEED, best.search.time_s, best.search.num_strategies, "feasible", 0.0,
+        REFINED_OPEN, best.search.time_s, best.search.num_strategies, "feasible", 0.0,
         None, note,
     ))
 
@@ -359,7 +364,7 @@ def _with_seed(
             best = refined
             how = (
                 f"the stage shape of the fastest framework configuration "
-                f"({seed.search.note.split(': ')[-1]}), every stage's plan searched exactly"
+                f"({configuration_in(seed.search.note)}), every stage's plan searched exactly"
             )
     flat_note = (
         f"the best plan without stages takes {flat.total_time_s:.4g} s" if flat is not None
