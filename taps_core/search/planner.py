@@ -101,7 +101,11 @@ def search(
         seed = seed_plan if reuse else expert_plan(
             graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, links=links,
             max_stages=1 if pipeline is False else None)
-    cutoff = seed.total_time_s if seed is not None else math.inf
+    refined = _refined_seed(graph, topology, seed, mode, memory_limit_bytes, space, links,
+                            pipeline)
+    cutoff = min(
+        [p.total_time_s for p in (seed, refined) if p is not None], default=math.inf
+    )
     flat: Plan | None = None
     error: InfeasibleError | None = None
     cut = False  # the search without stages proved nothing there beats the seed
@@ -117,8 +121,8 @@ def search(
         cut = True
     if seed is not None:
         flat_proven = cut or (flat is not None and flat.search.status == "optimal")
-        plan = _with_seed(graph, topology, flat, flat_proven, seed, mode, memory_limit_bytes,
-                          space, links, label, start, pipeline)
+        plan = _with_seed(graph, topology, flat, flat_proven, seed, refined, mode, label,
+                          start, pipeline)
         if prove_stages and STAGES_UNPROVEN in plan.search.note:
             # proven over plans without stages: the plan (flat_proven) or the flat search's gap
             flat_lower = plan.total_time_s if flat_proven else min(
@@ -298,25 +302,46 @@ def _refined(
     ))
 
 
+def _refined_seed(
+    graph: OpGraph,
+    topology: Topology,
+    seed: Plan | None,
+    mode: str,
+    memory_limit_bytes: float | None,
+    space: SearchSpace,
+    links: LinkModel | None,
+    pipeline: bool | None,
+) -> Plan | None:
+    """A pipelined ``seed``'s shape (stages, layer split, micro-batches) kept and every stage's
+    plan searched exactly, without a clock (the plan does not depend on the time budget or the
+    machine; never slower than the seed, whose stage plans lie in that space). None when the
+    seed has no stages or ``pipeline`` is False. Done before the search without stages, whose
+    cutoff it tightens: a plan without stages may beat the seed yet not its refinement."""
+    if seed is None or pipeline is False or seed.pipeline is None:
+        return None
+    st = seed.pipeline.stages
+    return plan_setting(
+        graph, topology, p=len(st), m=seed.pipeline.microbatches,
+        split=tuple(s.layers[1] - s.layers[0] + 1 for s in st), mode=mode,
+        memory_limit_bytes=memory_limit_bytes, space=space, links=links,
+    )
+
+
 def _with_seed(
     graph: OpGraph,
     topology: Topology,
     flat: Plan | None,
     flat_proven: bool,
     seed: Plan,
+    refined: Plan | None,
     mode: str,
-    memory_limit_bytes: float | None,
-    space: SearchSpace,
-    links: LinkModel | None,
     label: str,
     start: float,
     pipeline: bool | None,
 ) -> Plan:
-    """TAPS's answer given the fastest framework configuration ``seed``: the best plan without
-    stages when it beats the seed, else the seed refined: unless ``pipeline`` is False, a
-    pipelined seed's shape (stages, split, micro-batches) is kept and every stage's plan
-    searched exactly, without a clock (never slower than the seed, whose stage plans lie in
-    that space).
+    """TAPS's answer given the fastest framework configuration ``seed`` and its shape refined
+    per op (``refined``, :func:`_refined_seed`): the best plan without stages when it beats
+    both, else the faster of the two.
 
     ``flat_proven``: the search without stages proved its optimum (or that nothing beats the
     seed). The status is "optimal" only when that covers the whole space asked for: stages
@@ -326,7 +351,9 @@ def _with_seed(
 
     staged = pipeline is not False and stages_possible(graph, topology, mode)
     open_note = STAGES_UNPROVEN
-    if flat is not None and flat.total_time_s < seed.total_time_s:
+    faster = refined is not None and refined.total_time_s < seed.total_time_s * (1 - 1e-12)
+    anchor = refined if faster and refined is not None else seed
+    if flat is not None and flat.total_time_s < anchor.total_time_s:
         if not staged:
             return flat  # proven over the whole space asked for (or its own gap stands)
         if flat.search.status != "optimal":
@@ -352,20 +379,12 @@ def _with_seed(
             ) if x),
         ))
     best, how = seed, f"the fastest framework configuration ({seed.search.note})"
-    if pipeline is not False and seed.pipeline is not None:
-        # no clock: the refined plan does not depend on the time budget or the machine
-        st = seed.pipeline.stages
-        refined = plan_setting(
-            graph, topology, p=len(st), m=seed.pipeline.microbatches,
-            split=tuple(s.layers[1] - s.layers[0] + 1 for s in st), mode=mode,
-            memory_limit_bytes=memory_limit_bytes, space=space, links=links,
+    if anchor is not seed:
+        best = anchor
+        how = (
+            f"the stage shape of the fastest framework configuration "
+            f"({configuration_in(seed.search.note)}), every stage's plan searched exactly"
         )
-        if refined is not None and refined.total_time_s < seed.total_time_s * (1 - 1e-12):
-            best = refined
-            how = (
-                f"the stage shape of the fastest framework configuration "
-                f"({configuration_in(seed.search.note)}), every stage's plan searched exactly"
-            )
     flat_note = (
         f"the best plan without stages takes {flat.total_time_s:.4g} s" if flat is not None
         else "no plan without stages beats it (proven by bounds)" if flat_proven
