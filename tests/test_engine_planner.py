@@ -390,6 +390,19 @@ def test_zero_stage_pruning_by_relaxation_never_prunes_a_better_plan():
         assert kept.cost == pytest.approx(best, rel=1e-12)
     with pytest.raises(_SlowerError):
         _lagrangian(problem, limit, fast[1] * 0.999)
+    # a multiplier tried first (the one that pruned a neighbouring micro-batch count) prunes
+    # in one solve, and only what its bound proves: no hint prunes a cutoff above the optimum
+    lam = _best_zero_stage(problem, limit, "train")[2].memory_weight
+    assert lam > 0
+    for hint in (lam * 1e-3, lam, lam * 10, lam * 1e3, LEANEST_WEIGHT):
+        for above in (1 + 1e-9, 1.01):
+            _lagrangian(problem, limit, best * above, lam_hint=hint)
+            _, kept, _, _ = _best_zero_stage(problem, limit, "train", cutoff_s=best * above,
+                                             lam_hint=hint)
+            assert kept.cost == pytest.approx(best, rel=1e-12)
+    with pytest.raises(_SlowerError) as pruned:
+        _lagrangian(problem, limit, best * 0.9, lam_hint=lam)
+    assert pruned.value.lam_s_per_byte == lam  # one solve, at the hint
 
 
 @pytest.mark.parametrize("frac", [0.55, 0.8])

@@ -130,11 +130,22 @@ def _fit_memory(
 
 
 def _lagrangian(
-    problem: SearchProblem, limit_bytes: float, cutoff_s: float
+    problem: SearchProblem, limit_bytes: float, cutoff_s: float, lam_hint: float = 0.0
 ) -> tuple[Solved, Solved | None, Bounds | None]:
     """The unconstrained optimum; when it overflows ``limit`` bytes, the leanest plan; when
     that fits, the Lagrangian bounds. Raises :class:`_SlowerError` as soon as one of them
-    proves no plan within the limit beats ``cutoff`` (seconds)."""
+    proves no plan within the limit beats ``cutoff`` (seconds).
+
+    ``lam_hint`` (seconds per byte, e.g. the multiplier that pruned a neighbouring micro-batch
+    count) is tried first: ``L(lam) = min_x time(x) + lam * (memory(x) - limit)`` bounds every
+    fitting plan from below for any ``lam >= 0``, so one solve prunes when it reaches the
+    cutoff (the pruned problem's unconstrained optimum is then not known: 0 is reported)."""
+    if lam_hint > 0 and math.isfinite(cutoff_s):
+        hinted = evaluate_at(problem, lam_hint)
+        if hinted.time_s + lam_hint * (hinted.memory_bytes - limit_bytes) >= cutoff_s * (
+            1 - 1e-12
+        ):
+            raise _SlowerError(0.0, lam_hint)
     fast = evaluate_at(problem, 0.0)
     if fast.time_s >= cutoff_s * (1 - 1e-12):
         raise _SlowerError(fast.time_s)
@@ -145,7 +156,8 @@ def _lagrangian(
         return fast, lean, None
     bounds = dual_bounds(problem, limit_bytes, fast, lean, cutoff_s)
     if bounds.lower >= cutoff_s * (1 - 1e-12):
-        raise _SlowerError(fast.time_s)  # proven: no fitting plan here beats the one in hand
+        # proven: no fitting plan here beats the one in hand
+        raise _SlowerError(fast.time_s, bounds.lam)
     return fast, lean, bounds
 
 
@@ -154,11 +166,14 @@ class SlowerThanCutoffError(Exception):
 
 
 class _SlowerError(Exception):
-    """The unconstrained optimum (seconds) is no faster than a plan already found."""
+    """No plan here beats a plan already found: carries the unconstrained optimum (seconds; a
+    lower bound of it, 0 when unknown) and the Lagrange multiplier that proved it (seconds per
+    byte; 0 when the unconstrained optimum alone did)."""
 
-    def __init__(self, free_time_s: float) -> None:
+    def __init__(self, free_time_s: float, lam_s_per_byte: float = 0.0) -> None:
         super().__init__(free_time_s)
         self.free_time_s = free_time_s
+        self.lam_s_per_byte = lam_s_per_byte
 
 
 class _NoFitError(InfeasibleError):
@@ -314,6 +329,7 @@ def search_flat_at(
     error: InfeasibleError | None = None
     unexplored: list[float] = []
     cut = False  # some count was skipped as no faster than the cutoff
+    hint = 0.0  # the multiplier that pruned the last count: often prunes the next in one solve
     for k in microbatch_counts(graph, topology, mode):
         bound = max((free[d] for d in free if k % d == 0), default=0.0)
         bar = min(best.cost_s if best is not None else math.inf, cutoff_s)
@@ -329,7 +345,7 @@ def search_flat_at(
         )
         try:
             sub, sol, info, free[k] = _best_zero_stage(
-                problem, limit, mode, bar, deadline, exact_fronts=exact_fronts
+                problem, limit, mode, bar, deadline, exact_fronts=exact_fronts, lam_hint=hint
             )
         except _NoFitError as err:
             free[k] = err.free_time_s
@@ -337,6 +353,7 @@ def search_flat_at(
             continue
         except _SlowerError as err:
             free[k] = err.free_time_s
+            hint = err.lam_s_per_byte or hint
             cut = cut or best is None
             continue
         explored.append(info)
@@ -439,6 +456,7 @@ def _best_zero_stage(
     deadline: float = math.inf,
     stages: tuple[int, ...] | None = None,
     exact_fronts: bool = True,
+    lam_hint: float = 0.0,
 ) -> tuple[SearchProblem, Assignment, SearchInfo, float]:
     """The fastest fitting plan over the plan-wide ZeRO stages (each searched exactly), and
     the unconstrained optimum's time (seconds).
@@ -447,12 +465,13 @@ def _best_zero_stage(
     unconstrained optimum fits, the later stages are skipped, and once one is no faster than
     ``cutoff`` (seconds), so are the later stages. Before the stages, the problem with every
     op free to take any ZeRO stage (a relaxation of each plan-wide stage) is bounded once:
-    when even it cannot beat ``cutoff`` within the limit, every stage is pruned at once."""
+    when even it cannot beat ``cutoff`` within the limit, every stage is pruned at once
+    (``lam_hint``: a multiplier to try first, see :func:`_lagrangian`)."""
     stages = stages or useful_zero_stages(mode, problem.microbatches)
     if len(stages) > 1 and math.isfinite(cutoff_s):
         # any ZeRO stage per op: its bound is below every plan-wide stage's; raises when it
         # already proves the cutoff out of reach
-        _lagrangian(problem, limit_bytes, cutoff_s)
+        _lagrangian(problem, limit_bytes, cutoff_s, lam_hint)
     found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
     error: InfeasibleError | None = None
     free = math.inf
