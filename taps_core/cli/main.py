@@ -93,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
                 choices=("auto", "on", "off"),
                 default="auto",
                 help="pipeline stages across hosts: auto and on plan every stage of the fastest "
-                "framework configuration's shape per op when it has stages and wins (models "
+                "framework configuration's shape per op when it has stages (models "
                 "with differing layers: auto tries stages when the plan without them is "
                 "memory-bound or communication-heavy); on, with --prove-stages, also plans the "
                 "open shapes of least bound; off keeps to plans without stages",

@@ -71,9 +71,10 @@ def search(
     (:func:`expert_plan`; ``seed_plan``: what it returned for these inputs, not found again):
     it bounds the exact search without stages (what cannot beat it is pruned by proven
     bounds) and TAPS never returns a slower plan. ``pipeline``: False keeps to
-    plans without stages; otherwise, when the seed has stages and no plan without them beats
-    it, every stage of the seed's pipeline shape is searched exactly (the per-op plan inside
-    the framework's best shape; seconds, up to a minute on the largest models, no clock).
+    plans without stages; otherwise, when the seed has stages, every stage of its pipeline
+    shape is searched exactly first (the per-op plan inside the framework's best shape;
+    seconds, up to a minute on the largest models, no clock) and the faster of the two bounds
+    the search without stages.
     True, with ``prove_stages``, also plans the open shapes of least bound.
 
     Without a seed (a model that is not a stack of identical layers, or rules in ``allow``),
