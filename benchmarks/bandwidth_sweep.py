@@ -3,8 +3,9 @@
 Each point is a 4-node cluster built like the dgx-a100 preset (NVSwitch 300 GB/s per direction,
 8 NICs per node, PCIe Gen4 32 GB/s from each GPU to its NIC) with every NIC at the point's
 bandwidth. Training is used when the model fits, inference otherwise. Where TAPS's plan differs
-between two neighbouring points, a bisection with TAPS alone narrows down the switch bandwidth,
-and the ops whose strategy changed are listed in words.
+between two neighbouring points, TAPS alone narrows down the switch bandwidth: first two searches
+just beside where the two plans' re-costed steps cross (enough when the change is that crossover),
+then bisection; the ops whose strategy changed are listed in words.
 """
 
 from __future__ import annotations
@@ -182,7 +183,12 @@ def locate(
                               diff(lo_plan, hi_plan), _changed(lo_plan, hi_plan),
                               at_hi - hi_plan.total_time_s, True, hi_plan.search.status))
             break
-        for _ in range(0 if twins else steps):
+        left = 0 if twins else steps
+        if not twins:  # two searches beside where the two plans' costs cross, when they do
+            a_bw, b_bw, b_plan, left = _around_crossover(
+                graph, nodes, mode, lo_plan, (a_bw, b_bw, b_plan), steps
+            )
+        for _ in range(left):
             mid = float(np.sqrt(a_bw * b_bw))
             plan = _taps(graph, nodes, mode, mid)
             if plan is None:
@@ -210,6 +216,73 @@ def locate(
         )
         lo_bw, lo_plan = b_bw, b_plan  # a further change may lie between here and hi
     return out
+
+
+def crossover(
+    graph: OpGraph, nodes: int, below: Plan, above: Plan, lo_Bps: float, hi_Bps: float
+) -> float | None:
+    """The NIC bandwidth (bytes/s) in ``[lo_Bps, hi_Bps]`` where the two fixed plans cost the
+    same, ``below`` no slower at ``lo_Bps`` and ``above`` no slower at ``hi_Bps``; None when
+    their costs do not cross there. Re-costing only, no search: a step is close to affine in
+    1 / bandwidth, so regula falsi in that variable (Illinois) lands in a few evaluations."""
+
+    def gap(u: float) -> float:  # below's step minus above's at bandwidth 1 / u
+        return step_time_at(graph, below, nodes, 1 / u) - step_time_at(graph, above, nodes, 1 / u)
+
+    u_lo, u_hi = 1 / hi_Bps, 1 / lo_Bps  # u ascending: hi_Bps first
+    g_lo, g_hi = gap(u_lo), gap(u_hi)
+    if not (g_lo >= 0 >= g_hi) or g_lo == g_hi:
+        return None
+    side, scale = 0, g_lo - g_hi
+    for _ in range(CROSSOVER_STEPS):
+        u = (u_lo * g_hi - u_hi * g_lo) / (g_hi - g_lo)
+        g = gap(u)
+        if abs(g) <= 1e-9 * scale or u_hi / u_lo < 1 + 1e-6:
+            return 1 / u
+        if g > 0:
+            u_lo, g_lo = u, g
+            g_hi = g_hi / 2 if side == 1 else g_hi
+            side = 1
+        else:
+            u_hi, g_hi = u, g
+            g_lo = g_lo / 2 if side == -1 else g_lo
+            side = -1
+    return 2 / (u_lo + u_hi)
+
+
+CROSSOVER_STEPS = 8  # regula falsi steps of :func:`crossover` (two or three suffice when affine)
+
+
+def _around_crossover(
+    graph: OpGraph,
+    nodes: int,
+    mode: str,
+    lo_plan: Plan,
+    bracket: tuple[float, float, Plan],
+    steps: int,
+) -> tuple[float, float, Plan, int]:
+    """Narrow ``bracket`` (low bandwidth with ``lo_plan``, high bandwidth and its plan) with
+    two searches just beside the crossover of the two plans' costs, at the resolution
+    ``steps`` bisections would reach. Returns the new bracket and the bisection steps still
+    to run: none when the two searches straddle the change (so 2 searches instead of
+    ``steps``); the bracket stays correct whatever the searches return."""
+    a_bw, b_bw, b_plan = bracket
+    x = crossover(graph, nodes, lo_plan, b_plan, a_bw, b_bw)
+    if x is None or steps < 2:
+        return a_bw, b_bw, b_plan, steps
+    half = (b_bw / a_bw) ** (0.5 ** (steps + 1))  # half the ratio ``steps`` bisections leave
+    below_x, above_x = max(a_bw, x / half), min(b_bw, x * half)
+    first = _taps(graph, nodes, mode, below_x)
+    if first is None:
+        return a_bw, b_bw, b_plan, steps - 1
+    if _signature(first) != _signature(lo_plan):
+        return a_bw, below_x, first, steps - 1  # the change lies below the crossover
+    second = _taps(graph, nodes, mode, above_x)
+    if second is None:
+        return below_x, b_bw, b_plan, steps - 2
+    if _signature(second) != _signature(lo_plan):
+        return below_x, above_x, second, 0  # located
+    return above_x, b_bw, b_plan, steps - 2
 
 
 def _changed(a: Plan, b: Plan) -> int:

@@ -146,3 +146,38 @@ def test_sweep_flip_between_twins_at_the_top_is_not_bisected(monkeypatch):
     found = bs.locate(graph, 2, "train", (1e9, low), (4e9, high), steps=6)
     assert len(found) == 1 and found[0].tie
     assert found[0].low_Bps == found[0].high_Bps == 4e9
+
+
+def test_sweep_change_is_located_by_two_searches_beside_the_plans_crossover(monkeypatch):
+    """Where the plans at the two ends of an interval cross (re-costed, no search), one search
+    just below and one just above the crossover bracket the change at the resolution six
+    bisections reach, with two searches instead of six; the bracket holds: the search gives
+    the old plan at its low end and a new one at its high end."""
+    from benchmarks import bandwidth_sweep as bs
+    from benchmarks.config import workload
+
+    graph, _, _ = workload("gpt2", 2)
+    lo_bw, hi_bw = 1e9, 400e9
+    low, high = (bs._taps(graph, 2, "train", bw) for bw in (lo_bw, hi_bw))
+    assert low is not None and high is not None and bs._signature(low) != bs._signature(high)
+    x = bs.crossover(graph, 2, low, high, lo_bw, hi_bw)
+    assert x is not None and lo_bw < x < hi_bw
+    assert bs.step_time_at(graph, low, 2, x) == pytest.approx(
+        bs.step_time_at(graph, high, 2, x), rel=1e-9)
+    assert bs.crossover(graph, 2, high, low, lo_bw, hi_bw) is None  # faster at neither end
+
+    searched: list[float] = []
+    plain = bs._taps
+
+    def counted(g, nodes, mode, nic_Bps):
+        searched.append(nic_Bps)
+        return plain(g, nodes, mode, nic_Bps)
+
+    monkeypatch.setattr(bs, "_taps", counted)
+    found = bs.locate(graph, 2, "train", (lo_bw, low), (hi_bw, high), steps=6)
+    assert len(searched) == 2 and found[0].low_Bps < x < found[0].high_Bps
+    assert found[0].high_Bps / found[0].low_Bps <= (hi_bw / lo_bw) ** (1 / 64) * (1 + 1e-9)
+    at_low, at_high = (plain(graph, 2, "train", bw) for bw in (found[0].low_Bps,
+                                                               found[0].high_Bps))
+    assert bs._signature(at_low) == bs._signature(low)
+    assert bs._signature(at_high) != bs._signature(low)
