@@ -96,17 +96,10 @@ def search(
     start = time.perf_counter()  # for the time reported; budgets count CPU (solver.clock)
     cpu_start = cpu_seconds()
     links = links or LinkModel(topology)  # one routing of each pattern for the whole search
-    seed = None
-    if allow is None and cost_model == "topology" and expert_seed and space == SearchSpace():
-        reuse = seed_plan is not None and seed_plan.mode == mode and pipeline is not False
-        seed = seed_plan if reuse else expert_plan(
-            graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, links=links,
-            max_stages=1 if pipeline is False else None)
-    refined = _refined_seed(graph, topology, seed, mode, memory_limit_bytes, space, links,
-                            pipeline)
-    cutoff = min(
-        [p.total_time_s for p in (seed, refined) if p is not None], default=math.inf
-    )
+    seeded = allow is None and cost_model == "topology" and expert_seed and space == SearchSpace()
+    seed, refined = _seeds(graph, topology, mode, memory_limit_bytes, links, pipeline,
+                           seed_plan) if seeded else (None, None)
+    cutoff = min([p.total_time_s for p in (seed, refined) if p is not None], default=math.inf)
     flat: Plan | None = None
     error: InfeasibleError | None = None
     cut = False  # the search without stages proved nothing there beats the seed
@@ -301,6 +294,26 @@ def _refined(
         REFINED_OPEN, best.search.time_s, best.search.num_strategies, "feasible", 0.0,
         None, note,
     ))
+
+
+def _seeds(
+    graph: OpGraph,
+    topology: Topology,
+    mode: str,
+    memory_limit_bytes: float | None,
+    links: LinkModel,
+    pipeline: bool | None,
+    seed_plan: Plan | None,
+) -> tuple[Plan | None, Plan | None]:
+    """The fastest framework configuration (``seed_plan`` when it was found for these inputs;
+    without stages when ``pipeline`` is False) and its pipeline shape refined per op."""
+    reuse = seed_plan is not None and seed_plan.mode == mode and pipeline is not False
+    seed = seed_plan if reuse else expert_plan(
+        graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, links=links,
+        max_stages=1 if pipeline is False else None)
+    refined = _refined_seed(graph, topology, seed, mode, memory_limit_bytes, SearchSpace(),
+                            links, pipeline)
+    return seed, refined
 
 
 def _refined_seed(
