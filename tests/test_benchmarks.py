@@ -181,3 +181,38 @@ def test_sweep_change_is_located_by_two_searches_beside_the_plans_crossover(monk
                                                                found[0].high_Bps))
     assert bs._signature(at_low) == bs._signature(low)
     assert bs._signature(at_high) != bs._signature(low)
+
+
+def test_sweep_change_the_unproven_search_explains_is_reported_not_bisected(monkeypatch):
+    """Where the plan below, re-costed at the interval's top, beats the unproven (memory-bound)
+    plan the search returned there, the change is where that search stops, not a switch of
+    the best plan: it is reported with what was missed and never bisected. The same plans,
+    with the top's search proven optimal, are narrowed down as before."""
+    from dataclasses import replace
+
+    from benchmarks import bandwidth_sweep as bs
+
+    graph = build_graph(load_model_config("gpt2").with_workload(batch_size=8, seq_length=256))
+    topo = cluster(2, PRESET_NIC_Bps)
+    low = search(graph, topo, pipeline=False)
+    high = search(graph, topo, pipeline=False, memory_limit_bytes=0.7 * low.memory.total)
+    high = replace(high, search=replace(high.search, status="feasible"))
+    assert bs._signature(low) != bs._signature(high)
+
+    def priced(g, plan, nodes, nic_Bps):  # low is dearer at the bottom, 10% cheaper at the top
+        if plan is low:
+            return high.total_time_s * (0.9 if nic_Bps > 2e9 else 1.1)
+        return low.total_time_s * (1.2 if nic_Bps < 2e9 else 1.0)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("bisected")
+
+    monkeypatch.setattr(bs, "step_time_at", priced)
+    monkeypatch.setattr(bs, "_taps", refuse)
+    found = bs.locate(graph, 2, "train", (1e9, low), (4e9, high), steps=6)
+    assert len(found) == 1 and not found[0].tie
+    assert found[0].missed_s == pytest.approx(0.1 * high.total_time_s)
+    assert (found[0].low_Bps, found[0].high_Bps) == (1e9, 4e9)
+    proven = replace(high, search=replace(high.search, status="optimal"))
+    assert bs.search_missed(low, priced(graph, proven, 2, 1e9), proven,
+                            priced(graph, low, 2, 4e9)) == 0.0

@@ -155,8 +155,9 @@ def _headline_a_bullet(a: HeadlineA) -> str:
 
 def _sweep_bullet(r: RunResults, sw: SweepResult) -> str:
     """One sweep's plan switches, at which NIC bandwidths (GB/s), ties not counted."""
-    real = [c for c in sw.changes if not c.tie]
-    ties = len(sw.changes) - len(real)
+    real = [c for c in sw.changes if not c.tie and not c.missed_s]
+    ties = sum(c.tie for c in sw.changes)
+    missed = len(sw.changes) - len(real) - ties
     where = ", ".join(f"{_switch_Bps(c) / 1e9:.3g}" for c in real)
     return (
         f"- **Bandwidth sweep**, {sw.model} ({sw.mode}, {sw.nodes} nodes, NIC "
@@ -166,7 +167,10 @@ def _sweep_bullet(r: RunResults, sw: SweepResult) -> str:
             if real
             else "TAPS keeps the same plan throughout"
         )
-        + (f" ({ties} flips between equal-cost plans not counted)." if ties else ".")
+        + (f" ({ties} flips between equal-cost plans not counted)" if ties else "")
+        + (f" ({missed} changes where the unproven search missed a plan not counted)"
+           if missed else "")
+        + "."
     )
 
 

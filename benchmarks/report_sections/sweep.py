@@ -31,8 +31,11 @@ def sweep_section(r: RunResults) -> list[str]:
         "from each GPU to its NIC), every NIC set to the bandwidth shown (per direction; the "
         f"preset has 25 GB/s), {cfg.sweep_points} points evenly spaced in log between "
         f"{cfg.sweep_low_Bps / 1e9:.3g} and {cfg.sweep_high_Bps / 1e9:.3g} GB/s. `compare` at "
-        "each point; where TAPS's plan differs between two neighbouring points, "
-        f"{cfg.sweep_refine_steps} bisection steps with TAPS alone narrow the switch down. A "
+        "each point; where TAPS's plan differs between two neighbouring points, two searches "
+        "beside where the two plans' re-costed steps cross, else "
+        f"{cfg.sweep_refine_steps} bisection steps with TAPS alone, narrow the switch down (a "
+        "change the unproven memory-bound search explains, the other end's plan being faster "
+        "re-costed, is reported and not narrowed down). A "
         "switch whose two plans cost the same at the switch (relative 1e-9) is a *tie*: the "
         "search flipping between equal-cost plans, not a change of mind. Training is used when "
         "it fits in memory, inference otherwise.",
@@ -66,15 +69,36 @@ def sweep_one(r: RunResults, sw: SweepResult) -> list[str]:
         "",
     ]
     out += _flat_taps_note(sw)
-    real = [c for c in sw.changes if not c.tie]
+    real = [c for c in sw.changes if not c.tie and not c.missed_s]
     ties = [c for c in sw.changes if c.tie]
+    missed = [c for c in sw.changes if c.missed_s]
     if not real:
         out += ["TAPS keeps one plan (up to ties) over the whole range.", ""]
     for i, ch in enumerate(real, start=1):
         out += _switch_lines(i, ch)
     if ties:
         out += _tie_lines(ties)
+    if missed:
+        out += _missed_lines(missed)
     return out
+
+
+def _missed_lines(missed: list[Change]) -> list[str]:
+    """Changes between grid points that are not switches of the best plan: at one end the
+    other end's plan, re-costed, beats the (unproven, memory-bound) search's plan."""
+    shown = "; ".join(
+        f"{c.low_Bps / 1e9:.4g}-{c.high_Bps / 1e9:.4g} GB/s ({c.changed_ops} ops; the search "
+        f"missed {sec(c.missed_s)} per step at one end)"
+        for c in missed
+    )
+    return [
+        f"Not narrowed down ({len(missed)}): changes between neighbouring points where the plan "
+        "of one end, re-costed at the other, is faster than the plan the search returned there "
+        "(memory binds and the search is not proven, see the TAPS search column). They show "
+        "where the unproven search stops, not where the best plan changes, so no bisection is "
+        f"spent on them: {shown}.",
+        "",
+    ]
 
 
 def _search_cell(p: SweepPoint) -> str:
