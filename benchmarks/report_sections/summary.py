@@ -165,10 +165,13 @@ def _sweep_bullet(r: RunResults, sw: SweepResult) -> str:
         + (
             f"TAPS switches plan {len(real)} time(s), at about {where} GB/s per NIC"
             if real
+            else "no switch of TAPS's plan located"
+            if missed
             else "TAPS keeps the same plan throughout"
         )
         + (f" ({ties} flips between equal-cost plans not counted)" if ties else "")
-        + (f" ({missed} changes where the unproven search missed a plan not counted)"
+        + (f"; its plan changes in {missed} interval(s) where the memory-bound search, not "
+           "proven, missed a plan found at the neighbouring point (not narrowed down)"
            if missed else "")
         + "."
     )

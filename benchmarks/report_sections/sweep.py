@@ -73,7 +73,9 @@ def sweep_one(r: RunResults, sw: SweepResult) -> list[str]:
     ties = [c for c in sw.changes if c.tie]
     missed = [c for c in sw.changes if c.missed_s]
     if not real:
-        out += ["TAPS keeps one plan (up to ties) over the whole range.", ""]
+        out += [("No switch of the best plan is located (up to ties): TAPS's plan changes only "
+                 "where its unproven search missed a plan (below)." if missed else
+                 "TAPS keeps one plan (up to ties) over the whole range."), ""]
     for i, ch in enumerate(real, start=1):
         out += _switch_lines(i, ch)
     if ties:
