@@ -540,3 +540,24 @@ def test_plan_is_no_slower_than_the_framework_shape_refined_per_op(model, topo, 
         plan = search(graph, cluster, time_budget_s=budget)
         assert plan.total_time_s == pytest.approx(refined.total_time_s, rel=1e-12), budget
         assert plan.search.algorithm == planner.REFINED_SEED
+
+
+def test_no_zero_stage_fits_is_known_from_the_relaxation_alone(monkeypatch):
+    """When even the relaxation (any ZeRO stage per op) has no plan within the limit, no
+    plan-wide stage has one: two solves (its fastest and its leanest plan) decide it, not two
+    more per stage; the error names the leanest plan's memory as before."""
+    from taps_core.errors import InfeasibleError
+    from taps_core.search import flat
+
+    graph = _graph("gpt2", num_hidden_layers=2, batch_size=4, seq_length=64)
+    problem = _problem(graph, preset("pcie:1"))
+    lean = evaluate_at(problem, LEANEST_WEIGHT)
+    limit = 0.5 * lean.memory_bytes
+    with pytest.raises(InfeasibleError, match="leanest plan needs"):
+        flat._best_zero_stage(problem, limit, "train")  # no cutoff: every stage tried
+    solves = []
+    plain = flat.evaluate_at
+    monkeypatch.setattr(flat, "evaluate_at", lambda p, lam: solves.append(lam) or plain(p, lam))
+    with pytest.raises(InfeasibleError, match="leanest plan needs"):
+        flat._best_zero_stage(problem, limit, "train", cutoff_s=1e9)
+    assert solves == [0.0, LEANEST_WEIGHT]

@@ -80,13 +80,7 @@ def _fit_memory(
     if lean is None:
         return fast.plan, info("optimal", fast.time_s, ""), fast.time_s
     if bounds is None:
-        raise _NoFitError(
-            fast.time_s,
-            f"memory: the leanest plan needs {lean.memory_bytes / GiB:.3g} GiB per device for "
-            f"{mode}, "
-            f"over the {limit_bytes / GiB:.3g} GiB limit; use more GPUs or a smaller batch"
-            + ("" if mode == "infer" else ", or plan inference")
-        )
+        raise _no_fit(fast, lean, limit_bytes, mode)
     gap = bounds.best_time - bounds.lower
     if gap <= PROOF_TOLERANCE * bounds.best_time:
         return bounds.best, info(
@@ -159,6 +153,16 @@ def _lagrangian(
         # proven: no fitting plan here beats the one in hand
         raise _SlowerError(fast.time_s, bounds.lam)
     return fast, lean, bounds
+
+
+def _no_fit(fast: Solved, lean: Solved, limit_bytes: float, mode: str) -> _NoFitError:
+    """The error for a problem whose leanest plan (``lean``) overflows ``limit`` bytes."""
+    return _NoFitError(
+        fast.time_s,
+        f"memory: the leanest plan needs {lean.memory_bytes / GiB:.3g} GiB per device for "
+        f"{mode}, over the {limit_bytes / GiB:.3g} GiB limit; use more GPUs or a smaller batch"
+        + ("" if mode == "infer" else ", or plan inference"),
+    )
 
 
 class SlowerThanCutoffError(Exception):
@@ -470,8 +474,11 @@ def _best_zero_stage(
     stages = stages or useful_zero_stages(mode, problem.microbatches)
     if len(stages) > 1 and math.isfinite(cutoff_s):
         # any ZeRO stage per op: its bound is below every plan-wide stage's; raises when it
-        # already proves the cutoff out of reach
-        _lagrangian(problem, limit_bytes, cutoff_s, lam_hint)
+        # already proves the cutoff out of reach. Its leanest plan is no larger than any
+        # stage's: when even that overflows the limit, no stage fits.
+        fast, lean, _ = _lagrangian(problem, limit_bytes, cutoff_s, lam_hint)
+        if lean is not None and lean.memory_bytes > limit_bytes:
+            raise _no_fit(fast, lean, limit_bytes, mode)
     found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
     error: InfeasibleError | None = None
     free = math.inf
