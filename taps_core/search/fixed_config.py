@@ -176,15 +176,24 @@ def resolve(config: FixedConfig, graph: OpGraph, topology: Topology, mode: str) 
     )
 
 
-def tensor_letter(graph: OpGraph, op: OpSpec) -> str | None:
+def tensor_letters(graph: OpGraph) -> frozenset[str]:
+    """Letters tensor parallelism may split anywhere in ``graph``: the column and row ops'
+    letters, and the vocabulary (vocab-parallel even on a stage without the head)."""
+    found = {tp_letter(o) for o in graph.ops} - {None}
+    return frozenset(found.union(*(o.padded for o in graph.ops)))  # type: ignore[arg-type]
+
+
+def tensor_letter(
+    graph: OpGraph, op: OpSpec, letters: frozenset[str] | None = None
+) -> str | None:
     """The letter tensor parallelism splits on ``op``: a column op's output features, a row
-    op's contraction, and for the ops between them the one such letter they carry."""
+    op's contraction, and for the ops between them the one such letter they carry
+    (``letters``: :func:`tensor_letters` of the graph, when already known)."""
 
     own = tp_letter(op)
     if own is not None or op.tp_role is not None:
         return own
-    # column/row letters, and the vocabulary (vocab-parallel even on a stage without the head)
-    letters = ({tp_letter(o) for o in graph.ops} - {None}).union(*(o.padded for o in graph.ops))
+    letters = tensor_letters(graph) if letters is None else letters
     carried = [ch for ch in op.letters if ch in letters and ch not in op.fixed]
     if op.kind in ("norm", "elementwise") and "m" in op.letters:
         return None  # the hidden-sized activations between blocks stay whole (or SP)
@@ -197,12 +206,15 @@ def _split(op: OpSpec, parts: list[tuple[str, int]]) -> LevelSplit:
     return tuple(sorted(kept, key=lambda cf: op.letters.index(cf[0])))
 
 
-def op_strategy(graph: OpGraph, op: OpSpec, lay: Layout3D) -> Strategy:
-    """The strategy of one op under a checked configuration (see the module docstring)."""
+def op_strategy(
+    graph: OpGraph, op: OpSpec, lay: Layout3D, letters: frozenset[str] | None = None
+) -> Strategy:
+    """The strategy of one op under a checked configuration (see the module docstring;
+    ``letters``: :func:`tensor_letters` of the graph, when already known)."""
     sizes = graph.dim_sizes(op)
     batch = graph.batch_letter
     data = batch if batch in op.letters else ("c" if "c" in op.letters else None)
-    tensor = tensor_letter(graph, op) if lay.tp > 1 else None
+    tensor = tensor_letter(graph, op, letters) if lay.tp > 1 else None
     seq = lay.sp and lay.tp > 1 and tensor is None and "s" in op.output_letters
     intra: list[tuple[str, int]] = []
     if tensor is not None:
@@ -238,9 +250,11 @@ def op_strategy(graph: OpGraph, op: OpSpec, lay: Layout3D) -> Strategy:
 
 def fixed_choices(graph: OpGraph, lay: Layout3D) -> dict[str, OpChoice]:
     """Every op's choice (strategy, ZeRO stage, recomputation) under the configuration."""
+    letters = tensor_letters(graph)  # once: asked of every op in between
     return {
         op.name: OpChoice(
-            op_strategy(graph, op, lay), lay.zero, lay.recompute and op.layer is not None
+            op_strategy(graph, op, lay, letters), lay.zero,
+            lay.recompute and op.layer is not None,
         )
         for op in graph.ops
     }
