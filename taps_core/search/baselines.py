@@ -22,7 +22,7 @@ from taps_core.search.configs import found_plan, search_configurations, supports
 from taps_core.search.fixed_config import tp_letter
 from taps_core.search.flat import SlowerThanCutoffError, search_flat
 from taps_core.search.pipeline import objective
-from taps_core.search.planner import DEFAULT_TIME_BUDGET_S, search
+from taps_core.search.planner import DEFAULT_TIME_BUDGET_S, fastest_framework_plan, search
 from taps_core.search.problem import StrategyFilter
 
 BASELINES = ("taps", "volume", "megatron", "data_parallel")
@@ -154,7 +154,6 @@ def compare(
                 out[label] = _volume_below(graph, topology, taps, mode, memory_limit_bytes,
                                            space, links, time_budget_s)
                 continue
-            seed = [x.plan for x in spaces.values() if x.plan is not None]
             out[label] = search(
                 graph,
                 topology,
@@ -164,8 +163,8 @@ def compare(
                 label=label,
                 links=links,
                 time_budget_s=time_budget_s,
-                seed_plan=min(seed, key=lambda p: (p.total_time_s, p.search.algorithm))
-                if label == "taps" and seed else None,
+                seed_plan=fastest_framework_plan(x.plan for x in spaces.values())
+                if label == "taps" else None,
                 **{"pipeline": pipeline, **kw},
             )  # type: ignore[arg-type]
         except InfeasibleError as err:

@@ -183,17 +183,14 @@ def tensor_letters(graph: OpGraph) -> frozenset[str]:
     return frozenset(found.union(*(o.padded for o in graph.ops)))  # type: ignore[arg-type]
 
 
-def tensor_letter(
-    graph: OpGraph, op: OpSpec, letters: frozenset[str] | None = None
-) -> str | None:
+def tensor_letter(op: OpSpec, letters: frozenset[str]) -> str | None:
     """The letter tensor parallelism splits on ``op``: a column op's output features, a row
-    op's contraction, and for the ops between them the one such letter they carry
-    (``letters``: :func:`tensor_letters` of the graph, when already known)."""
+    op's contraction, and for the ops between them the one letter of ``letters`` (the
+    graph's :func:`tensor_letters`) they carry."""
 
     own = tp_letter(op)
     if own is not None or op.tp_role is not None:
         return own
-    letters = tensor_letters(graph) if letters is None else letters
     carried = [ch for ch in op.letters if ch in letters and ch not in op.fixed]
     if op.kind in ("norm", "elementwise") and "m" in op.letters:
         return None  # the hidden-sized activations between blocks stay whole (or SP)
@@ -206,15 +203,13 @@ def _split(op: OpSpec, parts: list[tuple[str, int]]) -> LevelSplit:
     return tuple(sorted(kept, key=lambda cf: op.letters.index(cf[0])))
 
 
-def op_strategy(
-    graph: OpGraph, op: OpSpec, lay: Layout3D, letters: frozenset[str] | None = None
-) -> Strategy:
+def op_strategy(graph: OpGraph, op: OpSpec, lay: Layout3D, letters: frozenset[str]) -> Strategy:
     """The strategy of one op under a checked configuration (see the module docstring;
-    ``letters``: :func:`tensor_letters` of the graph, when already known)."""
+    ``letters``: :func:`tensor_letters` of the graph)."""
     sizes = graph.dim_sizes(op)
     batch = graph.batch_letter
     data = batch if batch in op.letters else ("c" if "c" in op.letters else None)
-    tensor = tensor_letter(graph, op, letters) if lay.tp > 1 else None
+    tensor = tensor_letter(op, letters) if lay.tp > 1 else None
     seq = lay.sp and lay.tp > 1 and tensor is None and "s" in op.output_letters
     intra: list[tuple[str, int]] = []
     if tensor is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from taps_core.cluster.links import LinkModel
@@ -186,12 +186,17 @@ def expert_plan(
 
     if not supports(graph):
         return None
-    found = [
+    return fastest_framework_plan(
         search_configurations(graph, topology, mode=mode, space=sp,
                               memory_limit_bytes=memory_limit_bytes, links=links,
                               max_stages=max_stages).plan
         for sp in ("megatron", "deepspeed")
-    ]
+    )
+
+
+def fastest_framework_plan(found: Iterable[Plan | None]) -> Plan | None:
+    """The fastest of the frameworks' plans (ties: by algorithm name, so every caller picks
+    the same seed); None when none fits."""
     plans = [p for p in found if p is not None]
     return min(plans, key=lambda p: (p.total_time_s, p.search.algorithm)) if plans else None
 
@@ -311,8 +316,7 @@ def _seeds(
     seed = seed_plan if reuse else expert_plan(
         graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, links=links,
         max_stages=1 if pipeline is False else None)
-    refined = _refined_seed(graph, topology, seed, mode, memory_limit_bytes, SearchSpace(),
-                            links, pipeline)
+    refined = _refined_seed(graph, topology, seed, mode, memory_limit_bytes, links, pipeline)
     return seed, refined
 
 
@@ -322,7 +326,6 @@ def _refined_seed(
     seed: Plan | None,
     mode: str,
     memory_limit_bytes: float | None,
-    space: SearchSpace,
     links: LinkModel | None,
     pipeline: bool | None,
 ) -> Plan | None:
@@ -337,7 +340,7 @@ def _refined_seed(
     return plan_setting(
         graph, topology, p=len(st), m=seed.pipeline.microbatches,
         split=tuple(s.layers[1] - s.layers[0] + 1 for s in st), mode=mode,
-        memory_limit_bytes=memory_limit_bytes, space=space, links=links,
+        memory_limit_bytes=memory_limit_bytes, links=links,
     )
 
 
@@ -365,8 +368,9 @@ def _with_seed(
 
     staged = pipeline is not False and stages_possible(graph, topology, mode)
     open_note = STAGES_UNPROVEN
-    faster = refined is not None and refined.total_time_s < seed.total_time_s * (1 - 1e-12)
-    anchor = refined if faster and refined is not None else seed
+    anchor = seed  # the faster of the seed and its refinement
+    if refined is not None and refined.total_time_s < seed.total_time_s * (1 - 1e-12):
+        anchor = refined
     if flat is not None and flat.total_time_s < anchor.total_time_s:
         if not staged:
             return flat  # proven over the whole space asked for (or its own gap stands)
