@@ -149,6 +149,7 @@ class Resharder:
         self.g = gpus_per_node
         self._level: dict[tuple, tuple[float, float, float, float, bool]] = {}
         self._copies: dict[int, tuple[float, float]] = {}
+        self._affine: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
 
     def _cost(self, lv: str, steps: tuple[Step, ...]) -> tuple[float, float]:
         lat = coef = 0.0
@@ -196,6 +197,20 @@ class Resharder:
 
     def convert(self, nbytes: float, src: list[Layout], dst: list[Layout]) -> np.ndarray:
         """Matrix [len(src), len(dst)] of seconds to convert (same as :func:`convert_phases`)."""
+        latency, per_byte = self.affine(src, dst)
+        return latency + per_byte * nbytes
+
+    def affine(self, src: list[Layout], dst: list[Layout]) -> tuple[np.ndarray, np.ndarray]:
+        """(latency s, seconds per tensor byte) matrices, each [len(src), len(dst)]: converting a
+        tensor of N bytes costs ``latency + N * per_byte`` (every step's bytes are a fixed share
+        of N). Cached per pair of layout lists, so tensors of any size (another micro-batch
+        size) reuse them."""
+        key = (tuple(src), tuple(dst))
+        if key not in self._affine:
+            self._affine[key] = self._affine_terms(src, dst)
+        return self._affine[key]
+
+    def _affine_terms(self, src: list[Layout], dst: list[Layout]) -> tuple[np.ndarray, np.ndarray]:
         inter, intra = (self._level_table(lv, src, dst) for lv in (INTER, INTRA))
         busy = inter(4) > 0
         src_inter = np.array([math.prod(a[INTER]) for a in src], dtype=float)[:, None]
@@ -207,11 +222,10 @@ class Resharder:
         inter_other = np.where(sliced, float(self.g), dst_intra)
         intra_lat = np.where(sliced, intra(2), intra(0))
         intra_coef = np.where(sliced, intra(3), intra(1))
-        total = intra_lat + intra_coef * nbytes / intra_other
-        total = total + inter(0) + inter(1) * nbytes / inter_other
         cvals = np.unique(copies)  # the all-gather over a host's copies, per copy count
         gather = np.array([self._gather_copies(int(c)) for c in cvals])
         at = np.searchsorted(cvals, copies)
         gl, gb = gather[at, 0], gather[at, 1]
-        out_bytes = nbytes / (dst_inter * dst_intra)
-        return total + gl + gb * out_bytes
+        latency = intra_lat + inter(0) + gl
+        per_byte = intra_coef / intra_other + inter(1) / inter_other + gb / (dst_inter * dst_intra)
+        return latency, per_byte

@@ -14,6 +14,7 @@ from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import CommCost, TopologyCost, VolumeCost
 from taps_core.costs.ops import MODES
+from taps_core.costs.reshard import Resharder
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import Mesh, SearchSpace, op_strategies
@@ -334,6 +335,8 @@ def search_flat_at(
     unexplored: list[float] = []
     cut = False  # some count was skipped as no faster than the cutoff
     hint = 0.0  # the multiplier that pruned the last count: often prunes the next in one solve
+    resharder = Resharder(comm, topology.gpus_per_node)  # conversion tables for every count
+    built: dict[int, SearchProblem] = {}  # the counts whose problems were built, by count
     for k in microbatch_counts(graph, topology, mode):
         bound = max((free[d] for d in free if k % d == 0), default=0.0)
         bar = min(best.cost_s if best is not None else math.inf, cutoff_s)
@@ -343,9 +346,22 @@ def search_flat_at(
         if best is not None and cpu_seconds() > deadline:
             unexplored.append(bound)  # out of time: only its divisors' bound is known
             continue
+        try:
+            # a built divisor's problem, relaxed to k, often prunes k without building it
+            _relaxation_prunes(built, k, limit, bar, mode, hint)
+        except _NoFitError as err:
+            free[k] = err.free_time_s
+            error = err if error is None else error
+            continue
+        except _SlowerError as err:
+            free[k] = err.free_time_s
+            hint = err.lam_s_per_byte or hint
+            cut = cut or best is None
+            continue
         g_k = graph if k == 1 else micro_graph(graph, k)
-        problem = build_problem(
-            g_k, topology, mode, comm, space=space, allow=allow, microbatches=k
+        problem = built[k] = build_problem(
+            g_k, topology, mode, comm, space=space, allow=allow, microbatches=k,
+            resharder=resharder,
         )
         try:
             sub, sol, info, free[k] = _best_zero_stage(
@@ -404,6 +420,27 @@ def search_flat_at(
         memory_limit_bytes=limit,
         microbatches=k,
     )
+
+
+def _relaxation_prunes(
+    built: dict[int, SearchProblem],
+    k: int,
+    limit_bytes: float,
+    cutoff_s: float,
+    mode: str,
+    lam_hint: float,
+) -> None:
+    """Raise :class:`_SlowerError` (or :class:`_NoFitError`) when the problem of the largest
+    built divisor of ``k`` micro-batches, relaxed to ``k`` (:meth:`SearchProblem.relaxed`),
+    proves that no plan at ``k`` fitting ``limit`` bytes beats ``cutoff`` seconds (or that
+    none fits); return when it cannot (the count is then built and searched)."""
+    divisors = [d for d in built if k % d == 0 and d < k]
+    if not divisors or not math.isfinite(cutoff_s):
+        return
+    relaxed = built[max(divisors)].relaxed(k)
+    fast, lean, _ = _lagrangian(relaxed, limit_bytes, cutoff_s, lam_hint)
+    if lean is not None and lean.memory_bytes > limit_bytes:
+        raise _no_fit(fast, lean, limit_bytes, mode)
 
 
 def search_fixed(

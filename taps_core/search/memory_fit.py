@@ -16,24 +16,31 @@ from taps_core.errors import InfeasibleError
 from taps_core.plan.records import Plan
 from taps_core.units import GiB
 
-TRANSIENT_RETRIES = 3  # searches with a tightened limit when transient buffers overflow it
+TRANSIENT_RETRIES = 8  # searches with a tightened limit when transient buffers overflow it
 
 
 def within_limit(run: Callable[[float], Plan], limit_bytes: float) -> Plan:
     """``run(search_limit)`` until its plan fits ``limit`` bytes per device, exactly counted
     (see the module docstring): the first plan stands when it fits (optimal if its search
-    proved it); otherwise the limit shrinks by the overflow and the plan is "feasible",
-    above the first search's bound. Raises InfeasibleError when no retry fits."""
+    proved it); otherwise the limit shrinks and the plan is "feasible", above the first
+    search's bound. The limit shrinks by the overflow and at least doubles its shrink each
+    time (plans that overflow in turn cannot stall it); a shrink past every fitting plan is
+    bisected back. Raises InfeasibleError when no retry fits."""
     plan = first = run(limit_bytes)
-    search_limit = limit_bytes
+    lo, hi = 0.0, limit_bytes  # shrinks of the limit: lo's plan overflows, hi's search fails
     for _ in range(TRANSIENT_RETRIES):
         over = plan.memory.total - limit_bytes
         if over <= limit_bytes * 1e-9:
             break
-        search_limit -= over
-        if search_limit <= 0:
-            break
-        plan = run(search_limit)
+        shrink = max(lo + over, 2 * lo)
+        if shrink >= hi:
+            shrink = (lo + hi) / 2
+        try:
+            plan = run(limit_bytes - shrink)
+        except InfeasibleError:
+            hi = shrink
+            continue
+        lo = shrink
     over = plan.memory.total - limit_bytes
     if over > limit_bytes * 1e-9:
         raise InfeasibleError(

@@ -91,7 +91,13 @@ class SearchProblem:
     # per node and recomputation variant: bytes per strategy of one micro-batch's kept
     # activations (``option_memory`` holds ``activation_copies`` of them)
     activation_bytes: dict[str, dict[bool, np.ndarray]] = field(default_factory=dict)
-    activation_copies: int = 1
+    activation_copies: float = 1
+    # per node and variant: bytes per strategy that scale with the micro-batch size (every
+    # kept activation copy and the rematerialised layer), included in ``option_memory``
+    batch_memory: dict[str, dict[bool, np.ndarray]] = field(default_factory=dict)
+    # per op node: seconds each extra micro-batch adds to each option's weight phases (the
+    # ZeRO-2/3 reduce-scatters and gathers run once per micro-batch), [strategies, options]
+    sync_per_microbatch: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:
@@ -124,9 +130,15 @@ class SearchProblem:
         times: dict[str, dict[bool, np.ndarray]] = {}
         mems: dict[str, dict[bool, np.ndarray]] = {}
         zeros: dict[str, tuple[int, ...]] = {}
+        slopes: dict[str, np.ndarray] = {}
         for n, stages in self.option_zero.items():
             col = stages.index(zero) if zero in stages else None
             times[n], mems[n] = {}, {}
+            if n in self.sync_per_microbatch:
+                d = self.sync_per_microbatch[n]
+                slopes[n] = d[:, :1] if col is None else np.where(
+                    np.isfinite(self.option_time[n][False][:, col]), d[:, col], d[:, 0]
+                )[:, None]
             for rc in (False, True):
                 t, m = self.option_time[n][rc], self.option_memory[n][rc]
                 if col is None:
@@ -137,7 +149,8 @@ class SearchProblem:
                     mm = np.where(ok, m[:, col], m[:, 0])[:, None]
                 times[n][rc], mems[n][rc] = tt, mm
             zeros[n] = (zero if col is not None else 0,)
-        return replace(self, option_time=times, option_memory=mems, option_zero=zeros)
+        return replace(self, option_time=times, option_memory=mems, option_zero=zeros,
+                       sync_per_microbatch=slopes)
 
     def subproblem(self, keep: set[str]) -> SearchProblem:
         """The same problem on the nodes ``keep`` only (edges to the others dropped): each kept
@@ -151,7 +164,8 @@ class SearchProblem:
             option_memory=only(self.option_memory), option_zero=only(self.option_zero),
             edges=[e for e in self.edges if e.u in keep and e.v in keep],
             layer=only(self.layer), own_time=only(self.own_time),
-            activation_bytes=only(self.activation_bytes),
+            activation_bytes=only(self.activation_bytes), batch_memory=only(self.batch_memory),
+            sync_per_microbatch=only(self.sync_per_microbatch),
         )
 
     def with_copies(self, copies: int) -> SearchProblem:
@@ -159,12 +173,53 @@ class SearchProblem:
         stage under 1F1B holds one per micro-batch in flight): memory moves by the kept
         activations per copy; times are unchanged."""
         extra = copies - self.activation_copies
+        act = self.activation_bytes
         mems = {
-            n: {rc: m + extra * self.activation_bytes[n][rc][:, None] for rc, m in v.items()}
-            if n in self.activation_bytes else v
+            n: {rc: m + extra * act[n][rc][:, None] for rc, m in v.items()} if n in act else v
             for n, v in self.option_memory.items()
         }
-        return replace(self, option_memory=mems, activation_copies=copies)
+        batch = {
+            n: {rc: m + extra * act[n][rc] for rc, m in v.items()} if n in act else v
+            for n, v in self.batch_memory.items()
+        }
+        return replace(self, option_memory=mems, batch_memory=batch, activation_copies=copies)
+
+    def relaxed(self, microbatches: int) -> SearchProblem:
+        """A relaxation of this step's problem at ``microbatches`` (a multiple of this one's
+        count ``k0``) made without building it: for every plan valid there, its time and memory
+        here are no more than there, so the Lagrangian bound of the relaxation bounds that
+        problem from below (a count is pruned without its costs being computed).
+
+        Why it holds, per plan at ``k = microbatches`` with micro-batches ``k0 / k`` this size:
+        its strategies are valid here (the batch splits divide the larger micro-batch too);
+        memory that scales with the micro-batch size is exactly ``k0 / k`` of this one's and
+        the rest is unchanged; an op's step costs ``k`` passes of ``max(F b, a + C b)`` compute
+        and ``alpha + beta b`` per collective, i.e. ``max(F B, k a + C B) + k alpha + beta B``
+        for the batch ``B = k b``: at least its cost at ``k0``; conversions likewise; gradient
+        syncs are exact (ZeRO-2/3's per-micro-batch phases added for the ``k - k0`` extra)."""
+        k0 = self.microbatches
+        if microbatches < k0 or microbatches % k0:
+            raise ValueError(f"relaxed: {microbatches} is not a multiple of {k0} micro-batches")
+        extra, shrink = microbatches - k0, 1.0 - k0 / microbatches
+        times: dict[str, dict[bool, np.ndarray]] = {}
+        mems: dict[str, dict[bool, np.ndarray]] = {}
+        for n, by_rc in self.option_time.items():
+            slope = self.sync_per_microbatch.get(n)
+            times[n] = by_rc if slope is None else {
+                rc: np.where(np.isfinite(t), t + extra * slope, np.inf)
+                for rc, t in by_rc.items()
+            }
+            scaled = self.batch_memory.get(n, {})
+            mems[n] = {
+                rc: m - shrink * scaled[rc][:, None] if rc in scaled else m
+                for rc, m in self.option_memory[n].items()
+            }
+        act = {n: {rc: (1.0 - shrink) * a for rc, a in v.items()}
+               for n, v in self.activation_bytes.items()}
+        batch = {n: {rc: (1.0 - shrink) * a for rc, a in v.items()}
+                 for n, v in self.batch_memory.items()}
+        return replace(self, microbatches=microbatches, option_time=times, option_memory=mems,
+                       activation_bytes=act, batch_memory=batch)
 
     def own_only(self) -> SearchProblem:
         """The problem priced without weight phases: each op node's strategies at ``own_time``
@@ -180,7 +235,8 @@ class SearchProblem:
         edges = [Edge(e.u, e.v, e.keep, e.keep) for e in self.edges]
         zeros = {n: (0,) for n in self.option_time}
         return replace(self, option_time=times, option_memory=mems, option_zero=zeros,
-                       edges=edges, activation_bytes={})
+                       edges=edges, activation_bytes={}, batch_memory={},
+                       sync_per_microbatch={})
 
     def sync_time(self, node: str) -> np.ndarray:
         """Seconds of the node's weight phases (gradient sync, ZeRO gathers) per strategy and
@@ -206,7 +262,8 @@ class SearchProblem:
             }
         edges = [Edge(e.u, e.v, own_weight * e.keep, own_weight * e.recompute)
                  for e in self.edges]
-        return replace(self, option_time=times, edges=edges)
+        slopes = {n: sync_weight * d for n, d in self.sync_per_microbatch.items()}
+        return replace(self, option_time=times, edges=edges, sync_per_microbatch=slopes)
 
     def min_memory(self, node: str) -> float:
         """Least memory this node can hold under any strategy, option and variant (bytes)."""
@@ -243,6 +300,7 @@ class _OpTables:
     fixed_memory: np.ndarray  # KV cache + inference working set
     weight_time: np.ndarray  # [S, len(stages)]
     weight_memory: np.ndarray  # [S, len(stages)]
+    weight_slope: np.ndarray  # [S, len(stages)]: seconds one more micro-batch adds
 
 
 def _op_tables(
@@ -260,26 +318,28 @@ def _op_tables(
     # transient buffers live one layer at a time: each layer carries 1/L of them (exact for
     # layers that choose alike); an op outside the layers carries its own
     share = 1.0 / max(1, graph.num_layers) if op.layer is not None else 1.0
-    memo: dict[tuple, tuple[float, float]] = {}
+    memo: dict[tuple, tuple[float, float, float]] = {}
     wt = np.full((len(strats), len(stages)), np.inf)
     wm = np.full((len(strats), len(stages)), np.inf)
+    slope = np.zeros((len(strats), len(stages)))
     for i, c in enumerate(costs):
         own = zero_stages(c, mode)
         for j, z in enumerate(stages):
             if z not in own:
                 continue
-            t = m = 0.0
+            t = m = d = 0.0
             for w in c.weights:
                 key = (w.held_bytes, w.elements, w.group, w.copies, w.tied, z)
                 if key not in memo:
-                    memo[key] = (
-                        sum(seconds(p) for _, p in weight_phases(w, mode, z, microbatches)),
-                        weight_memory(w, mode, z).total,
-                    )
-                dt, dm = memo[key]
+                    now = sum(seconds(p) for _, p in weight_phases(w, mode, z, microbatches))
+                    more = sum(seconds(p) for _, p in weight_phases(w, mode, z, microbatches + 1))
+                    memo[key] = (now, weight_memory(w, mode, z).total, more - now)
+                dt, dm, dd = memo[key]
                 t += dt
                 m += dm
+                d += dd
             wt[i, j], wm[i, j] = t, m + share * gathered_bytes(c, mode, z)
+            slope[i, j] = d
     return _OpTables(
         np.array([c.compute_fwd_s for c in costs]),
         np.array([sum(seconds(p) for _, p in c.fwd) for c in costs]),
@@ -289,6 +349,7 @@ def _op_tables(
         np.array([c.kv_cache_bytes + c.workspace_bytes for c in costs]),
         wt,
         wm,
+        slope,
     )
 
 
@@ -344,8 +405,9 @@ def _group_options(
 ) -> tuple:
     """One search node's options: (strategies, time s and memory bytes per option by
     recomputation, ZeRO stages of the columns, each strategy's time without gradient sync and
-    ZeRO gathers, kept activation bytes of one micro-batch by recomputation), per step of
-    ``k`` micro-batches."""
+    ZeRO gathers, kept activation bytes of one micro-batch by recomputation, bytes that scale
+    with the micro-batch size by recomputation, seconds per extra micro-batch per option), per
+    step of ``k`` micro-batches."""
     train = mode == "train"
     stages = (0, 1, 2, 3) if train else (0, 3)
     strats = _group_strategies(graph, ops, mesh, space, allow)
@@ -358,11 +420,12 @@ def _group_options(
     bwd = sum(t.bwd for t in tabs)
     wt = sum(t.weight_time for t in tabs)
     wm = sum(t.weight_memory for t in tabs)
+    slope = sum(t.weight_slope for t in tabs)
     fixed = sum(t.fixed_memory for t in tabs)
     used = [j for j in range(len(stages)) if np.isfinite(wt[:, j]).any()]
-    wt, wm = wt[:, used], wm[:, used]
+    wt, wm, slope = wt[:, used], wm[:, used], slope[:, used]
     zeros = tuple(stages[j] for j in used)
-    times, mems, per_copy = {}, {}, {}
+    times, mems, per_copy, batch = {}, {}, {}, {}
     for rc in (False, True) if train else (False,):
         passes = (4.0 if rc else 3.0) if train else 1.0
         base = k * (passes * compute + (2 if rc else 1) * fwd + bwd)
@@ -373,10 +436,12 @@ def _group_options(
         times[rc] = base[:, None] + wt
         if not rc:
             own = base
-        mems[rc] = (act + fixed)[:, None] + wm
+        batch[rc] = act + fixed
+        mems[rc] = batch[rc][:, None] + wm
     if not train:
         times[True], mems[True], per_copy[True] = times[False], mems[False], per_copy[False]
-    return strats, times, mems, zeros, own, per_copy
+        batch[True] = batch[False]
+    return strats, times, mems, zeros, own, per_copy, batch, slope
 
 
 def build_problem(
@@ -389,13 +454,19 @@ def build_problem(
     allow: StrategyFilter | None = None,
     microbatches: int = 1,
     activation_copies: int = 1,
+    resharder: Resharder | None = None,
 ) -> SearchProblem:
     """Build node options and edges of every op (costs per micro-batch x ``microbatches``).
 
     ``activation_copies``: micro-batches whose activations are held at once (a pipeline
-    stage under 1F1B holds several); kept activations count that many times."""
+    stage under 1F1B holds several); kept activations count that many times. ``resharder``:
+    one for ``comm`` on this topology's hosts, shared by the builds of one search so that
+    conversion tables are computed once for every micro-batch size."""
     mesh = Mesh(topology.nodes, topology.gpus_per_node)
-    resharder = Resharder(comm, topology.gpus_per_node)
+    if resharder is None:
+        resharder = Resharder(comm, topology.gpus_per_node)
+    elif resharder.comm is not comm or resharder.g != topology.gpus_per_node:
+        raise ValueError("build_problem: resharder was made for another cost model or host size")
     train = mode == "train"
     k = microbatches
     members, node_of = _sibling_groups(graph)
@@ -406,6 +477,8 @@ def build_problem(
     layer: dict[str, int | None] = {}
     own_time: dict[str, np.ndarray] = {}
     activation: dict[str, dict[bool, np.ndarray]] = {}
+    batch_memory: dict[str, dict[bool, np.ndarray]] = {}
+    sync_slope: dict[str, np.ndarray] = {}
     memo: dict[tuple, tuple] = {}
     for node, names in members.items():
         ops = [graph.op_by_name[n] for n in names]
@@ -414,8 +487,9 @@ def build_problem(
             memo[sig] = _group_options(
                 graph, ops, mesh, topology, mode, comm, space, allow, k, activation_copies
             )
-        strats, times, mems, zeros, own, per_copy = memo[sig]
+        strats, times, mems, zeros, own, per_copy, batch, slope = memo[sig]
         own_time[node] = own
+        sync_slope[node] = slope
         strategies[node] = strats
         lay = ops[0].layer
         layered = train and lay is not None
@@ -423,6 +497,7 @@ def build_problem(
                                                      True: per_copy[False]}
         option_time[node] = times if layered else {False: times[False], True: times[False]}
         option_memory[node] = mems if layered else {False: mems[False], True: mems[False]}
+        batch_memory[node] = batch if layered else {False: batch[False], True: batch[False]}
         option_zero[node] = zeros
         layer[node] = lay
     layouts: dict[str, list[Layout]] = {}
@@ -490,6 +565,8 @@ def build_problem(
         own_time,
         activation,
         activation_copies,
+        batch_memory,
+        sync_slope,
     )
 
 

@@ -1,0 +1,115 @@
+"""A micro-batch count is pruned from a built divisor's problem, relaxed, without being built:
+the relaxation never prices a plan above its real cost or off its memory, and pruning with it
+changes no plan."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from taps_core.cluster.links import LinkModel
+from taps_core.cluster.presets import preset
+from taps_core.costs.collectives import TopologyCost
+from taps_core.models import build_graph, load_model_config
+from taps_core.search import flat
+from taps_core.search.planner import search
+from taps_core.search.problem import build_problem
+
+
+def _graph(batch: int, layers: int = 2, seq: int = 64):
+    cfg = replace(load_model_config("gpt2"), num_hidden_layers=layers, batch_size=batch,
+                  seq_length=seq)
+    return build_graph(cfg)
+
+
+def _index(small: list, large: list) -> np.ndarray:
+    """Positions in ``large`` of each item of ``small`` (every item must be there)."""
+    at = {x: i for i, x in enumerate(large)}
+    return np.array([at[x] for x in small])
+
+
+@pytest.mark.parametrize("topo, k0, k", [("dgx-a100:2", 1, 2), ("dgx-a100:2", 1, 4),
+                                         ("dgx-a100:2", 2, 4), ("ethernet:2", 1, 8)])
+def test_relaxation_prices_every_plan_at_most_its_cost_with_its_exact_memory(topo, k0, k):
+    t = preset(topo)
+    comm = TopologyCost(LinkModel(t))
+    batch = 16
+    base = build_problem(_graph(batch // k0), t, "train", comm, microbatches=k0)
+    real = build_problem(_graph(batch // k), t, "train", comm, microbatches=k)
+    relaxed = base.relaxed(k)
+    assert list(relaxed.option_time) == list(real.option_time)
+    checked_slopes = False
+    for n in real.option_time:
+        cols = real.strategies.get(n, real.layouts.get(n))
+        idx = _index(cols, base.strategies.get(n, base.layouts.get(n)))
+        assert relaxed.option_zero[n] == real.option_zero[n]
+        for rc in (False, True):
+            want_t, want_m = real.option_time[n][rc], real.option_memory[n][rc]
+            got_t, got_m = relaxed.option_time[n][rc][idx], relaxed.option_memory[n][rc][idx]
+            finite = np.isfinite(want_t)
+            assert np.array_equal(finite, np.isfinite(got_t)), n
+            assert np.all(got_t[finite] <= want_t[finite] * (1 + 1e-12)), n
+            assert np.all(got_t[finite] >= base.option_time[n][rc][idx][finite]), n
+            assert np.allclose(got_m[finite], want_m[finite], rtol=1e-9, atol=1.0), n
+        if n in real.sync_per_microbatch and real.sync_per_microbatch[n].any():
+            # ZeRO-2/3's per-micro-batch phases are priced exactly for the extra micro-batches
+            checked_slopes = True
+            sync = relaxed.option_time[n][False][idx] - relaxed.own_time[n][idx][:, None]
+            want = real.option_time[n][False] - real.own_time[n][:, None]
+            assert np.allclose(sync[finite], want[finite], rtol=1e-9), n
+    assert checked_slopes
+    assert len(relaxed.edges) == len(real.edges)
+    for mine, theirs in zip(relaxed.edges, real.edges):
+        assert (mine.u, mine.v) == (theirs.u, theirs.v)
+        rows = _index(real.strategies.get(theirs.u, real.layouts.get(theirs.u)),
+                      base.strategies.get(mine.u, base.layouts.get(mine.u)))
+        cols = _index(real.strategies.get(theirs.v, real.layouts.get(theirs.v)),
+                      base.strategies.get(mine.v, base.layouts.get(mine.v)))
+        for got, want in ((mine.keep, theirs.keep), (mine.recompute, theirs.recompute)):
+            sub = got[np.ix_(rows, cols)]
+            finite = np.isfinite(want)
+            assert np.array_equal(finite, np.isfinite(sub))
+            assert np.all(sub[finite] <= want[finite] * (1 + 1e-12) + 1e-15)
+
+
+def test_relaxation_only_to_a_multiple():
+    t = preset("dgx-a100:2")
+    problem = build_problem(_graph(8), t, "train", TopologyCost(LinkModel(t)), microbatches=2)
+    with pytest.raises(ValueError, match="not a multiple"):
+        problem.relaxed(3)
+
+
+@pytest.mark.parametrize("frac", [0.35, 0.55, 0.8])
+def test_pruning_counts_by_relaxation_changes_no_plan(frac, monkeypatch):
+    """The same plan, time, proof and bound with and without the relaxation, and fewer
+    problems built with it where the memory limit binds."""
+    graph = _graph(16, layers=6, seq=256)
+    topo = preset("dgx-a100:2")
+    limit = frac * search(graph, topo, time_budget_s=None, pipeline=False).memory.total
+    builds: list[int] = []
+    plain = flat.build_problem
+
+    def counted(*args, **kwargs):
+        builds.append(kwargs["microbatches"])
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(flat, "build_problem", counted)
+
+    def run():
+        return search(graph, topo, memory_limit_bytes=limit, time_budget_s=None,
+                      pipeline=False, expert_seed=False)
+
+    pruned = run()
+    with_relaxation = list(builds)
+    builds.clear()
+    monkeypatch.setattr(flat, "_relaxation_prunes", lambda *a, **k: None)
+    full = run()
+    assert pruned.choices == full.choices
+    assert pruned.total_time_s == full.total_time_s
+    assert pruned.search.status == full.search.status
+    assert pruned.search.lower_bound_s == pytest.approx(full.search.lower_bound_s, rel=1e-12)
+    assert len(with_relaxation) <= len(builds)
+    if frac < 0.6:  # the limit binds at several counts: some are pruned unbuilt
+        assert len(with_relaxation) < len(builds)
