@@ -14,7 +14,6 @@ from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import CommCost, TopologyCost, VolumeCost
 from taps_core.costs.ops import MODES
-from taps_core.costs.reshard import Resharder
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import Mesh, SearchSpace, op_strategies
@@ -31,7 +30,7 @@ from taps_core.search.memory_bound import (
     memory_of,
 )
 from taps_core.search.memory_fit import within_limit
-from taps_core.search.problem import SearchProblem, StrategyFilter, build_problem
+from taps_core.search.problem import BuildMemo, SearchProblem, StrategyFilter, build_problem
 from taps_core.solver.clock import cpu_seconds
 from taps_core.solver.fronts import KnotError, TruncatedError
 from taps_core.units import GiB
@@ -335,7 +334,7 @@ def search_flat_at(
     unexplored: list[float] = []
     cut = False  # some count was skipped as no faster than the cutoff
     hint = 0.0  # the multiplier that pruned the last count: often prunes the next in one solve
-    resharder = Resharder(comm, topology.gpus_per_node)  # conversion tables for every count
+    memo = BuildMemo(topology, comm)  # conversion tables shared by every count's build
     built: dict[int, SearchProblem] = {}  # the counts whose problems were built, by count
     for k in microbatch_counts(graph, topology, mode):
         bound = max((free[d] for d in free if k % d == 0), default=0.0)
@@ -360,8 +359,7 @@ def search_flat_at(
             continue
         g_k = graph if k == 1 else micro_graph(graph, k)
         problem = built[k] = build_problem(
-            g_k, topology, mode, comm, space=space, allow=allow, microbatches=k,
-            resharder=resharder,
+            g_k, topology, mode, comm, space=space, allow=allow, microbatches=k, memo=memo,
         )
         try:
             sub, sol, info, free[k] = _best_zero_stage(
@@ -458,15 +456,17 @@ def search_fixed(
     deadline: float = math.inf,
     adjust: Callable[[SearchProblem], SearchProblem] | None = None,
     exact_fronts: bool = True,
+    memo: BuildMemo | None = None,
 ) -> tuple[SearchProblem, Assignment, SearchInfo]:
     """The exact search at one micro-batch count (``graph`` is one micro-batch), as a pipeline
     stage needs it: ``activation_copies`` micro-batches held at once, given ZeRO stages;
     ``adjust`` reprices the built problem (a stage's costs paid outside its graph);
     ``exact_fronts`` False stops a memory-bound search at its Lagrangian bound (the gap
-    reported). Raises InfeasibleError when nothing fits."""
+    reported); ``memo`` the tables shared with other builds on ``topology`` with ``comm``.
+    Raises InfeasibleError when nothing fits."""
     problem = build_problem(
         graph, topology, mode, comm, space=space, allow=allow, microbatches=microbatches,
-        activation_copies=activation_copies,
+        activation_copies=activation_copies, memo=memo,
     )
     if adjust is not None:
         problem = adjust(problem)

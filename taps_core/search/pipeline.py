@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from taps_core.plan.evaluate import evaluate, link_traffic, plan_record
 from taps_core.plan.records import OpPlan, PipelineInfo, Plan, SearchInfo, StageInfo
 from taps_core.search.flat import choices_of, search_fixed
 from taps_core.search.memory_fit import within_limit
-from taps_core.search.problem import SearchProblem, StrategyFilter
+from taps_core.search.problem import BuildMemo, SearchProblem, StrategyFilter
 from taps_core.search.sends import (
     boundary_sends,
     embedding_exchange_extra,
@@ -99,6 +99,24 @@ class _StagePlan:
     plan: Plan
     sync_s: float  # once per step
     volume_sync_s: float  # the same under the volume model
+
+
+@dataclass
+class _StageCache:
+    """What one pipeline search has planned (stage plans by stage key) and the tables its
+    stage searches share when they build on hosts of the same width (:class:`BuildMemo`)."""
+
+    plans: dict[tuple, _StagePlan | None] = field(default_factory=dict)
+    memos: dict[tuple[int, str], BuildMemo] = field(default_factory=dict)
+
+    def memo(self, links: LinkModel, cost_model: str) -> BuildMemo:
+        """The build memo of a stage priced on ``links`` (a stage's hosts) by ``cost_model``."""
+        key = (links.topology.nodes, cost_model)
+        found = self.memos.get(key)
+        if found is None or found.topology is not links.topology:
+            comm = TopologyCost(links) if cost_model == "topology" else VolumeCost()
+            found = self.memos[key] = BuildMemo(links.topology, comm)
+        return found
 
 
 def _sync_seconds(plan: Plan, comm: TopologyCost | VolumeCost) -> float:
@@ -193,7 +211,7 @@ def search_pipeline(
     peak = topology.gpu.peak_flops * topology.compute_efficiency
     work = sum(graph.flops(op) for op in graph.ops) * 3.0  # forward + backward of the step
     floor_s = work / (peak * topology.num_gpus)  # every GPU busy, no bubble, no comm
-    cache: dict[tuple, _StagePlan | None] = {}
+    cache = _StageCache()
     best: Plan | None = None  # the fastest pipeline so far, scored by ``best_score`` (s)
     best_score = math.inf
     tried = 0
@@ -238,8 +256,8 @@ def search_pipeline(
         # the scouting stage searches were cut short: plan the chosen setting in full
         micro, p, m, split = chosen
         again = _assemble(
-            micro, topology, links, mode, cost_model, limit, p, m, split, span[0], {},
-            allow_for, space, deadline,
+            micro, topology, links, mode, cost_model, limit, p, m, split, span[0],
+            _StageCache(memos=cache.memos), allow_for, space, deadline,
         )
         if again is not None and objective(again, cost_model) <= best_score * (1 + 1e-12):
             plan = again
@@ -269,7 +287,7 @@ def _assemble(
     m: int,
     split: tuple[int, ...],
     first_layer: int,
-    cache: dict[tuple, _StagePlan | None],
+    cache: _StageCache,
     allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None,
     space: SearchSpace,
     deadline: float,
@@ -290,21 +308,22 @@ def _assemble(
         first = stage_plans[0].plan if tail and p > 1 else None
         if first is not None:
             key = (*key, split[0])
-        if key not in cache and cpu_seconds() > deadline:
+        if key not in cache.plans and cpu_seconds() > deadline:
             return None  # out of time: this setting stays unplanned
-        if key not in cache:
-            cache[key] = _plan_stage(
+        if key not in cache.plans:
+            cache.plans[key] = _plan_stage(
                 micro, links, mode, cost_model, limit, a, b, head, tail, copies, hosts, m,
                 allow_for, space,
-                min(deadline, cpu_seconds() + stage_budget_s), first,
+                min(deadline, cpu_seconds() + stage_budget_s), cache, first,
             )
-        if cache[key] is None:
+        found = cache.plans[key]
+        if found is None:
             return None
-        stage_plans.append(cache[key])
+        stage_plans.append(found)
     plan = _put_together(micro, topology, links, mode, cost_model, limit, m, ranges, stage_plans)
     if p > 1 and cost_model == "topology":
         agreed = _agree_on_tied(micro, links, mode, limit, ranges, stage_plans, m, allow_for,
-                                space, deadline)
+                                space, deadline, cache)
         if agreed is not stage_plans:
             other = _put_together(micro, topology, links, mode, cost_model, limit, m, ranges,
                                   agreed)
@@ -326,6 +345,7 @@ def _agree_on_tied(
     allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None,
     space: SearchSpace,
     deadline: float,
+    cache: _StageCache,
 ) -> list[_StagePlan]:
     """The first and the last stage re-planned in turn, each against the other's split of a
     tied embedding (its exchange is a whole weight where they differ), while that lowers their
@@ -346,11 +366,12 @@ def _agree_on_tied(
     for _ in range(TIED_ROUNDS):
         (a, b), (c, d) = ranges[0], ranges[-1]
         first = _plan_stage(micro, links, mode, "topology", limit, a, b, True, False,
-                            min(p, m), hosts, m, allow_for, space, deadline, last=plans[-1].plan)
+                            min(p, m), hosts, m, allow_for, space, deadline, cache,
+                            last=plans[-1].plan)
         if first is None:
             break
         last = _plan_stage(micro, links, mode, "topology", limit, c, d, False, True, 1, hosts, m,
-                           allow_for, space, deadline, first.plan)
+                           allow_for, space, deadline, cache, first.plan)
         if last is None or total(first, last) >= total(plans[0], plans[-1]) * (1 - 1e-12):
             break
         plans = [first, *plans[1:-1], last]
@@ -382,7 +403,7 @@ def plan_setting(
     micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
     return _assemble(
         micro, topology, links or LinkModel(topology), mode, cost_model, limit, p, m, split,
-        span[0], {}, None, space, deadline,
+        span[0], _StageCache(), None, space, deadline,
     )
 
 
@@ -537,16 +558,19 @@ def _plan_stage(
     allow_for: Callable[[OpGraph, Topology], StrategyFilter | None] | None,
     space: SearchSpace,
     deadline: float,
+    cache: _StageCache,
     first: Plan | None = None,
     last: Plan | None = None,
 ) -> _StagePlan | None:
     """The exact intra-operator plan of one stage on its hosts (None if it cannot fit);
     ``links`` is the whole cluster's link model; the tied embedding's exchange is priced on
-    the last stage against ``first``'s embedding and on the first against ``last``'s head."""
+    the last stage against ``first``'s embedding and on the first against ``last``'s head;
+    ``cache`` holds the tables stage searches on hosts of this width share."""
     sg = stage_graph(micro, a, b, head=head, tail=tail)
     sub_links = links.first_hosts(hosts)
     sub = sub_links.topology
-    comm = TopologyCost(sub_links) if cost_model == "topology" else VolumeCost()
+    memo = cache.memo(sub_links, cost_model)
+    comm = memo.comm
     allow = allow_for(sg, sub) if allow_for is not None else None
     p = links.topology.nodes // hosts
 
@@ -566,7 +590,7 @@ def _plan_stage(
         problem, sol, info = search_fixed(
             sg, sub, mode=mode, comm=comm, limit=search_limit, microbatches=m,
             activation_copies=copies, zero_stages=PIPELINE_ZERO, space=space, allow=allow,
-            deadline=deadline, adjust=priced,
+            deadline=deadline, adjust=priced, memo=memo,
         )
         return evaluate(
             sg, sub_links, mode, choices_of(problem, sol), label="stage", cost_model=cost_model,

@@ -303,6 +303,33 @@ class _OpTables:
     weight_slope: np.ndarray  # [S, len(stages)]: seconds one more micro-batch adds
 
 
+@dataclass
+class BuildMemo:
+    """What the problems one search builds on one topology with one cost model share:
+    conversion tables (for any tensor size) and op tables (per op signature, layer count,
+    micro-batch count and strategy list). A mutable memo owned by one search."""
+
+    topology: Topology
+    comm: CommCost
+    op_tables: dict[tuple, _OpTables] = field(default_factory=dict)
+    resharder: Resharder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.resharder = Resharder(self.comm, self.topology.gpus_per_node)
+
+    def tables(
+        self, graph: OpGraph, op: OpSpec, strats: list[Strategy], mode: str,
+        stages: tuple[int, ...], microbatches: int,
+    ) -> _OpTables:
+        """:func:`_op_tables` of ``op``, computed once per distinct question."""
+        key = (op_signature(graph, op), graph.num_layers, mode, stages, microbatches,
+               tuple(strats))
+        if key not in self.op_tables:
+            self.op_tables[key] = _op_tables(graph, op, strats, self.topology, mode,
+                                             self.comm.seconds, stages, microbatches)
+        return self.op_tables[key]
+
+
 def _op_tables(
     graph: OpGraph,
     op: OpSpec,
@@ -395,9 +422,8 @@ def _group_options(
     graph: OpGraph,
     ops: list[OpSpec],
     mesh: Mesh,
-    topology: Topology,
     mode: str,
-    comm: CommCost,
+    memo: BuildMemo,
     space: SearchSpace,
     allow: StrategyFilter | None,
     k: int,
@@ -411,10 +437,7 @@ def _group_options(
     train = mode == "train"
     stages = (0, 1, 2, 3) if train else (0, 3)
     strats = _group_strategies(graph, ops, mesh, space, allow)
-    tabs = [
-        _op_tables(graph, op, strats, topology, mode, comm.seconds, stages, k)
-        for op in ops
-    ]
+    tabs = [memo.tables(graph, op, strats, mode, stages, k) for op in ops]
     compute = sum(t.compute for t in tabs)
     fwd = sum(t.fwd for t in tabs)
     bwd = sum(t.bwd for t in tabs)
@@ -454,19 +477,20 @@ def build_problem(
     allow: StrategyFilter | None = None,
     microbatches: int = 1,
     activation_copies: int = 1,
-    resharder: Resharder | None = None,
+    memo: BuildMemo | None = None,
 ) -> SearchProblem:
     """Build node options and edges of every op (costs per micro-batch x ``microbatches``).
 
     ``activation_copies``: micro-batches whose activations are held at once (a pipeline
-    stage under 1F1B holds several); kept activations count that many times. ``resharder``:
-    one for ``comm`` on this topology's hosts, shared by the builds of one search so that
-    conversion tables are computed once for every micro-batch size."""
+    stage under 1F1B holds several); kept activations count that many times. ``memo``: the
+    tables shared by the builds of one search on this topology with this ``comm`` (each
+    micro-batch count, each pipeline stage of equal width)."""
     mesh = Mesh(topology.nodes, topology.gpus_per_node)
-    if resharder is None:
-        resharder = Resharder(comm, topology.gpus_per_node)
-    elif resharder.comm is not comm or resharder.g != topology.gpus_per_node:
-        raise ValueError("build_problem: resharder was made for another cost model or host size")
+    if memo is None:
+        memo = BuildMemo(topology, comm)
+    elif memo.topology is not topology or memo.comm is not comm:
+        raise ValueError("build_problem: memo was made for another topology or cost model")
+    resharder = memo.resharder
     train = mode == "train"
     k = microbatches
     members, node_of = _sibling_groups(graph)
@@ -479,15 +503,15 @@ def build_problem(
     activation: dict[str, dict[bool, np.ndarray]] = {}
     batch_memory: dict[str, dict[bool, np.ndarray]] = {}
     sync_slope: dict[str, np.ndarray] = {}
-    memo: dict[tuple, tuple] = {}
+    groups: dict[tuple, tuple] = {}
     for node, names in members.items():
         ops = [graph.op_by_name[n] for n in names]
         sig = (tuple(op_signature(graph, op) for op in ops), activation_copies)
-        if sig not in memo:
-            memo[sig] = _group_options(
-                graph, ops, mesh, topology, mode, comm, space, allow, k, activation_copies
+        if sig not in groups:
+            groups[sig] = _group_options(
+                graph, ops, mesh, mode, memo, space, allow, k, activation_copies
             )
-        strats, times, mems, zeros, own, per_copy, batch, slope = memo[sig]
+        strats, times, mems, zeros, own, per_copy, batch, slope = groups[sig]
         own_time[node] = own
         sync_slope[node] = slope
         strategies[node] = strats

@@ -1,6 +1,7 @@
-"""A micro-batch count is pruned from a built divisor's problem, relaxed, without being built:
-the relaxation never prices a plan above its real cost or off its memory, and pruning with it
-changes no plan."""
+"""Work one search reuses: a micro-batch count pruned from a built divisor's problem, relaxed,
+without being built (the relaxation never prices a plan above its real cost or off its memory,
+and pruning with it changes no plan); builds sharing a memo (conversion and op tables) give the
+problems built alone."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from taps_core.costs.collectives import TopologyCost
 from taps_core.models import build_graph, load_model_config
 from taps_core.search import flat
 from taps_core.search.planner import search
-from taps_core.search.problem import build_problem
+from taps_core.search.problem import BuildMemo, build_problem
 
 
 def _graph(batch: int, layers: int = 2, seq: int = 64):
@@ -113,3 +114,28 @@ def test_pruning_counts_by_relaxation_changes_no_plan(frac, monkeypatch):
     assert len(with_relaxation) <= len(builds)
     if frac < 0.6:  # the limit binds at several counts: some are pruned unbuilt
         assert len(with_relaxation) < len(builds)
+
+
+def test_builds_sharing_a_memo_equal_builds_alone():
+    """Every count's build and every stage's build reuse one memo's tables: the same arrays as
+    a build from scratch, for any tensor size and activation copies."""
+    t = preset("dgx-a100:2")
+    comm = TopologyCost(LinkModel(t))
+    memo = BuildMemo(t, comm)
+    for k, copies in ((1, 1), (2, 1), (4, 3), (2, 2)):
+        graph = _graph(16 // k)
+        shared = build_problem(graph, t, "train", comm, microbatches=k,
+                               activation_copies=copies, memo=memo)
+        alone = build_problem(graph, t, "train", comm, microbatches=k, activation_copies=copies)
+        for n in alone.option_time:
+            for rc in (False, True):
+                assert np.allclose(shared.option_time[n][rc], alone.option_time[n][rc],
+                                   rtol=1e-12, atol=0), n
+                assert np.array_equal(shared.option_memory[n][rc], alone.option_memory[n][rc])
+        for mine, theirs in zip(shared.edges, alone.edges, strict=True):
+            assert np.allclose(mine.keep, theirs.keep, rtol=1e-12, atol=1e-18)
+            assert np.allclose(mine.recompute, theirs.recompute, rtol=1e-12, atol=1e-18)
+    assert memo.op_tables  # filled once, used by every build after
+    other = preset("dgx-a100:1")
+    with pytest.raises(ValueError, match="another topology"):
+        build_problem(_graph(16), other, "train", TopologyCost(LinkModel(other)), memo=memo)
