@@ -31,15 +31,23 @@ def _index(small: list, large: list) -> np.ndarray:
     return np.array([at[x] for x in small])
 
 
-@pytest.mark.parametrize("topo, k0, k", [("dgx-a100:2", 1, 2), ("dgx-a100:2", 1, 4),
-                                         ("dgx-a100:2", 2, 4), ("ethernet:2", 1, 8)])
-def test_relaxation_prices_every_plan_at_most_its_cost_with_its_exact_memory(topo, k0, k):
+@pytest.mark.parametrize("topo, k0, k, through", [
+    ("dgx-a100:2", 1, 2, 2), ("dgx-a100:2", 1, 4, 4), ("dgx-a100:2", 2, 4, 4),
+    ("ethernet:2", 1, 8, 8),
+    # one relaxation for several counts: time as at the least, memory as at the most
+    ("dgx-a100:2", 1, 2, 8), ("dgx-a100:2", 1, 4, 8), ("dgx-a100:2", 1, 8, 8),
+])
+def test_relaxation_prices_every_plan_at_most_its_cost_with_its_exact_memory(
+    topo, k0, k, through
+):
     t = preset(topo)
     comm = TopologyCost(LinkModel(t))
     batch = 16
     base = build_problem(_graph(batch // k0), t, "train", comm, microbatches=k0)
     real = build_problem(_graph(batch // k), t, "train", comm, microbatches=k)
-    relaxed = base.relaxed(k)
+    lowest = min(c for c in (2, 4, 8) if c >= k0 and c % k0 == 0 and through % c == 0)
+    relaxed = base.relaxed(lowest, through=through)
+    exact_memory = lowest == k == through
     assert list(relaxed.option_time) == list(real.option_time)
     checked_slopes = False
     for n in real.option_time:
@@ -53,14 +61,16 @@ def test_relaxation_prices_every_plan_at_most_its_cost_with_its_exact_memory(top
             assert np.array_equal(finite, np.isfinite(got_t)), n
             assert np.all(got_t[finite] <= want_t[finite] * (1 + 1e-12)), n
             assert np.all(got_t[finite] >= base.option_time[n][rc][idx][finite]), n
-            assert np.allclose(got_m[finite], want_m[finite], rtol=1e-9, atol=1.0), n
-        if n in real.sync_per_microbatch and real.sync_per_microbatch[n].any():
+            assert np.all(got_m[finite] <= want_m[finite] * (1 + 1e-12) + 1.0), n
+            if exact_memory:
+                assert np.allclose(got_m[finite], want_m[finite], rtol=1e-9, atol=1.0), n
+        if exact_memory and n in real.sync_per_microbatch and real.sync_per_microbatch[n].any():
             # ZeRO-2/3's per-micro-batch phases are priced exactly for the extra micro-batches
             checked_slopes = True
             sync = relaxed.option_time[n][False][idx] - relaxed.own_time[n][idx][:, None]
             want = real.option_time[n][False] - real.own_time[n][:, None]
             assert np.allclose(sync[finite], want[finite], rtol=1e-9), n
-    assert checked_slopes
+    assert checked_slopes or not exact_memory
     assert len(relaxed.edges) == len(real.edges)
     for mine, theirs in zip(relaxed.edges, real.edges):
         assert (mine.u, mine.v) == (theirs.u, theirs.v)
@@ -80,6 +90,8 @@ def test_relaxation_only_to_a_multiple():
     problem = build_problem(_graph(8), t, "train", TopologyCost(LinkModel(t)), microbatches=2)
     with pytest.raises(ValueError, match="not a multiple"):
         problem.relaxed(3)
+    with pytest.raises(ValueError, match="through is smaller"):
+        problem.relaxed(4, through=2)
 
 
 @pytest.mark.parametrize("frac", [0.35, 0.55, 0.8])

@@ -336,7 +336,12 @@ def search_flat_at(
     hint = 0.0  # the multiplier that pruned the last count: often prunes the next in one solve
     memo = BuildMemo(topology, comm)  # conversion tables shared by every count's build
     built: dict[int, SearchProblem] = {}  # the counts whose problems were built, by count
-    for k in microbatch_counts(graph, topology, mode):
+    counts = microbatch_counts(graph, topology, mode)
+    settled: set[int] = set()  # counts pruned unbuilt together with an earlier one
+    width = 1  # counts to prune at once: doubles while pruning unbuilt succeeds
+    for i, k in enumerate(counts):
+        if k in settled:
+            continue
         bound = max((free[d] for d in free if k % d == 0), default=0.0)
         bar = min(best.cost_s if best is not None else math.inf, cutoff_s)
         if bound >= bar * (1 - 1e-12):
@@ -345,32 +350,31 @@ def search_flat_at(
         if best is not None and cpu_seconds() > deadline:
             unexplored.append(bound)  # out of time: only its divisors' bound is known
             continue
+        # a built divisor's problem, relaxed, often prunes k (and the counts after it) unbuilt
+        group = [c for c in counts[i:] if c not in settled][:width]
+        pruned = _relaxation_prunes(built, group, limit, bar, mode, hint)
+        if pruned is None and len(group) > 1:
+            group = [k]
+            pruned = _relaxation_prunes(built, group, limit, bar, mode, hint)
+        width = 2 * len(group) if pruned is not None else 1
         try:
-            # a built divisor's problem, relaxed to k, often prunes k without building it
-            _relaxation_prunes(built, k, limit, bar, mode, hint)
-        except _NoFitError as err:
-            free[k] = err.free_time_s
-            error = err if error is None else error
-            continue
-        except _SlowerError as err:
-            free[k] = err.free_time_s
-            hint = err.lam_s_per_byte or hint
-            cut = cut or best is None
-            continue
-        g_k = graph if k == 1 else micro_graph(graph, k)
-        problem = built[k] = build_problem(
-            g_k, topology, mode, comm, space=space, allow=allow, microbatches=k, memo=memo,
-        )
-        try:
+            if pruned is not None:
+                raise pruned
+            g_k = graph if k == 1 else micro_graph(graph, k)
+            problem = built[k] = build_problem(
+                g_k, topology, mode, comm, space=space, allow=allow, microbatches=k, memo=memo,
+            )
             sub, sol, info, free[k] = _best_zero_stage(
                 problem, limit, mode, bar, deadline, exact_fronts=exact_fronts, lam_hint=hint
             )
         except _NoFitError as err:
-            free[k] = err.free_time_s
+            free.update(dict.fromkeys(group, err.free_time_s))
+            settled.update(group)
             error = err if error is None else error
             continue
         except _SlowerError as err:
-            free[k] = err.free_time_s
+            free.update(dict.fromkeys(group, err.free_time_s))
+            settled.update(group)
             hint = err.lam_s_per_byte or hint
             cut = cut or best is None
             continue
@@ -422,23 +426,33 @@ def search_flat_at(
 
 def _relaxation_prunes(
     built: dict[int, SearchProblem],
-    k: int,
+    counts: list[int],
     limit_bytes: float,
     cutoff_s: float,
     mode: str,
     lam_hint: float,
-) -> None:
-    """Raise :class:`_SlowerError` (or :class:`_NoFitError`) when the problem of the largest
-    built divisor of ``k`` micro-batches, relaxed to ``k`` (:meth:`SearchProblem.relaxed`),
-    proves that no plan at ``k`` fitting ``limit`` bytes beats ``cutoff`` seconds (or that
-    none fits); return when it cannot (the count is then built and searched)."""
-    divisors = [d for d in built if k % d == 0 and d < k]
-    if not divisors or not math.isfinite(cutoff_s):
-        return
-    relaxed = built[max(divisors)].relaxed(k)
-    fast, lean, _ = _lagrangian(relaxed, limit_bytes, cutoff_s, lam_hint)
+) -> _SlowerError | _NoFitError | None:
+    """Whether the problem of the largest built count dividing every one of ``counts`` (in
+    increasing order), relaxed to them all at once (:meth:`SearchProblem.relaxed`), proves
+    that no plan at any of them fitting ``limit`` bytes beats ``cutoff`` seconds (the error
+    saying so), or that none fits; None when it cannot (each count is then tried alone, or
+    built and searched). Several counts get one solve, at ``lam_hint``: a guess that fails
+    costs little."""
+    base = [d for d in built if d < counts[0] and all(c % d == 0 for c in counts)]
+    if not base or not math.isfinite(cutoff_s) or (len(counts) > 1 and lam_hint <= 0):
+        return None
+    relaxed = built[max(base)].relaxed(counts[0], through=counts[-1])
+    if len(counts) > 1:
+        solved = evaluate_at(relaxed, lam_hint)
+        bound = solved.time_s + lam_hint * (solved.memory_bytes - limit_bytes)
+        return _SlowerError(0.0, lam_hint) if bound >= cutoff_s * (1 - 1e-12) else None
+    try:
+        fast, lean, _ = _lagrangian(relaxed, limit_bytes, cutoff_s, lam_hint)
+    except _SlowerError as err:
+        return err
     if lean is not None and lean.memory_bytes > limit_bytes:
-        raise _no_fit(fast, lean, limit_bytes, mode)
+        return _no_fit(fast, lean, limit_bytes, mode)
+    return None
 
 
 def search_fixed(

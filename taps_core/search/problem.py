@@ -184,7 +184,7 @@ class SearchProblem:
         }
         return replace(self, option_memory=mems, batch_memory=batch, activation_copies=copies)
 
-    def relaxed(self, microbatches: int) -> SearchProblem:
+    def relaxed(self, microbatches: int, through: int | None = None) -> SearchProblem:
         """A relaxation of this step's problem at ``microbatches`` (a multiple of this one's
         count ``k0``) made without building it: for every plan valid there, its time and memory
         here are no more than there, so the Lagrangian bound of the relaxation bounds that
@@ -196,11 +196,19 @@ class SearchProblem:
         the rest is unchanged; an op's step costs ``k`` passes of ``max(F b, a + C b)`` compute
         and ``alpha + beta b`` per collective, i.e. ``max(F B, k a + C B) + k alpha + beta B``
         for the batch ``B = k b``: at least its cost at ``k0``; conversions likewise; gradient
-        syncs are exact (ZeRO-2/3's per-micro-batch phases added for the ``k - k0`` extra)."""
+        syncs are exact (ZeRO-2/3's per-micro-batch phases added for the ``k - k0`` extra).
+
+        ``through`` (a larger count) prices memory as there instead: the relaxation then bounds
+        every count from ``microbatches`` to ``through`` that is a multiple of ``k0`` at once
+        (with more micro-batches a plan's time only grows and its memory only shrinks)."""
         k0 = self.microbatches
-        if microbatches < k0 or microbatches % k0:
-            raise ValueError(f"relaxed: {microbatches} is not a multiple of {k0} micro-batches")
-        extra, shrink = microbatches - k0, 1.0 - k0 / microbatches
+        through = microbatches if through is None else through
+        if microbatches < k0 or microbatches % k0 or through < microbatches:
+            raise ValueError(
+                f"relaxed: {microbatches} (through {through}) is not a multiple of {k0} "
+                "micro-batches, or through is smaller"
+            )
+        extra, shrink = microbatches - k0, 1.0 - k0 / through
         times: dict[str, dict[bool, np.ndarray]] = {}
         mems: dict[str, dict[bool, np.ndarray]] = {}
         for n, by_rc in self.option_time.items():
