@@ -151,3 +151,46 @@ def test_builds_sharing_a_memo_equal_builds_alone():
     other = preset("dgx-a100:1")
     with pytest.raises(ValueError, match="another topology"):
         build_problem(_graph(16), other, "train", TopologyCost(LinkModel(other)), memo=memo)
+
+
+def test_memory_weight_zero_solves_the_kept_variant_only_when_recomputing_never_wins():
+    """At memory weight 0 the recomputed variant is skipped only when it is checked to cost at
+    least as much everywhere; a problem where recomputing were faster still solves both."""
+    from dataclasses import replace as dc_replace
+
+    from taps_core.search.layered import solve_problem, variants
+    from taps_core.solver import solve
+
+    t = preset("dgx-a100:1")
+    problem = build_problem(_graph(8, layers=4), t, "train", TopologyCost(LinkModel(t)))
+    assert problem.recompute_never_faster
+    assert variants(problem, memory_weight=0.0) == (False,)
+    assert variants(problem, memory_weight=1e-12) == (False, True)
+    both = min(solve(problem.cost_graph(0.0, recompute=rc)).cost for rc in (False, True))
+    assert solve_problem(problem, 0.0).cost == pytest.approx(both, rel=1e-12)
+    # recomputing made cheaper than keeping (not a real cost model): both variants solved
+    cheaper = {n: {False: v[False], True: v[True] * 0.5} if problem.layer[n] is not None else v
+               for n, v in problem.option_time.items()}
+    odd = dc_replace(problem, option_time=cheaper)
+    assert not odd.recompute_never_faster
+    assert variants(odd, memory_weight=0.0) == (False, True)
+    sol = solve_problem(odd, 0.0)
+    assert sol.cost == pytest.approx(solve(odd.cost_graph(0.0, recompute=True)).cost, rel=1e-12)
+    assert sol.recompute and all(sol.recompute.values())
+
+
+def test_structure_memo_is_shared_by_derived_problems_of_the_same_structure_only():
+    from taps_core.search.layered import find_chain
+
+    t = preset("dgx-a100:1")
+    problem = build_problem(_graph(8, layers=4), t, "train", TopologyCost(LinkModel(t)))
+    chain = find_chain(problem)
+    assert chain is not None
+    for derived in (problem.restricted(1), problem.relaxed(2), problem.own_only(),
+                    problem.with_copies(2)):
+        assert derived.structure_memo is problem.structure_memo
+        assert find_chain(derived) is chain
+    first_layers = {n for n, lay in problem.layer.items() if lay is None or lay < 2}
+    part = problem.subproblem(first_layers)
+    assert part.structure_memo is not problem.structure_memo
+    assert find_chain(part) is None  # two layers: no chain, not the whole model's

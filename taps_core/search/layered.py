@@ -60,6 +60,12 @@ def find_chain(problem: SearchProblem) -> Chain | None:
     has no exit is likewise left out of the chain and solved with the rest: the chain's last
     exit is its entry, so the optimum is the same.
     """
+    if "chain" not in problem.structure_memo:
+        problem.structure_memo["chain"] = _find_chain(problem)
+    return problem.structure_memo["chain"]  # type: ignore[return-value]
+
+
+def _find_chain(problem: SearchProblem) -> Chain | None:
     graph = problem.graph
     by_layer: dict[int, list[str]] = {}
     for node in problem.members:
@@ -128,9 +134,14 @@ def _sealed(
     return not (idx + 1 < len(layers) and nbrs[exits[idx]] - inside - set(layers[idx + 1]))
 
 
-def variants(problem: SearchProblem, nodes: set[str] | None = None) -> tuple[bool, ...]:
-    """Recomputation variants worth solving: both in training when layered nodes are present."""
+def variants(
+    problem: SearchProblem, nodes: set[str] | None = None, memory_weight: float | None = None
+) -> tuple[bool, ...]:
+    """Recomputation variants worth solving: both in training when layered nodes are present,
+    unless the memory weight is 0 and recomputing is never faster (then only the kept one)."""
     if problem.mode != "train":
+        return (False,)
+    if memory_weight == 0 and problem.recompute_never_faster:
         return (False,)
     pool = problem.option_time if nodes is None else nodes
     return (False, True) if any(problem.layer.get(n) is not None for n in pool) else (False,)
@@ -140,17 +151,14 @@ def _options(
     problem: SearchProblem, choice: dict[str, int], weight: float, rc_of: dict[str, bool]
 ) -> dict[str, int]:
     """The option each node takes at its chosen strategy (ties: less memory)."""
-    out = {}
-    for n, s in choice.items():
-        _, opt = problem.node_cost(n, weight, rc_of.get(n, False))
-        out[n] = int(opt[s])
-    return out
+    kept, again = (problem.node_costs(weight, rc) for rc in (False, True))
+    return {n: int((again if rc_of.get(n, False) else kept)[n][1][s]) for n, s in choice.items()}
 
 
 def _solve_flat(problem: SearchProblem, weight: float) -> Assignment:
     """Whole graph in one elimination, once per recomputation variant."""
     best, rc = None, False  # the cheapest solution and its recomputation variant
-    for variant in variants(problem):
+    for variant in variants(problem, memory_weight=weight):
         sol = solve(problem.cost_graph(weight, recompute=variant))
         if best is None or sol.cost < best.cost:
             best, rc = sol, variant
@@ -176,7 +184,7 @@ def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Assignm
     first, entry = chain.layers[1], chain.exits[0]
     block_nodes = set(first) | {entry}
     blocks = {}
-    for rc in variants(problem, set(first)):
+    for rc in variants(problem, set(first), memory_weight):
         block = problem.cost_graph(memory_weight, nodes=block_nodes, recompute=rc)
         blocks[rc] = reduce_to(block, (entry, chain.exits[1]))
     m = blocks[False][0]
@@ -191,7 +199,7 @@ def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Assignm
     middle = {n for lay in chain.layers[1:] for n in lay}
     top_nodes = (set(problem.option_time) - middle) | {last}
     best, top_rc = None, False  # the cheapest top solution and its recomputation variant
-    for variant in variants(problem, top_nodes - {last, entry}):
+    for variant in variants(problem, top_nodes - {last, entry}, memory_weight):
         top = problem.cost_graph(memory_weight, nodes=top_nodes, recompute=variant)
         top = CostGraph(top.node_costs, (*top.edges, (entry, last, stack)))
         sol = solve(top)

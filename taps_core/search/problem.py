@@ -16,8 +16,9 @@ and its reader. Costs of identical ops and edges are computed once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -98,6 +99,10 @@ class SearchProblem:
     # per op node: seconds each extra micro-batch adds to each option's weight phases (the
     # ZeRO-2/3 reduce-scatters and gathers run once per micro-batch), [strategies, options]
     sync_per_microbatch: dict[str, np.ndarray] = field(default_factory=dict)
+    # results that depend only on the structure (nodes, layers, layouts, edge endpoints; e.g.
+    # the chain of identical layers), shared by the problems derived from this one with the
+    # same structure (every ``replace`` but :meth:`subproblem`)
+    structure_memo: dict[str, object] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def nodes(self) -> list[str]:
@@ -108,20 +113,52 @@ class SearchProblem:
     def num_strategies(self) -> int:
         return int(sum(len(v[False]) for v in self.option_time.values()))
 
+    @cached_property
+    def recompute_never_faster(self) -> bool:
+        """Whether every node and edge costs at least as many seconds recomputed as kept
+        (entrywise): then at memory weight 0 the recomputed variant cannot win and need not
+        be solved. True for every problem built here (recomputing adds a forward pass, and
+        conversions inside a layer run again), checked rather than assumed."""
+        seen: set[tuple[int, int]] = set()
+
+        def dominated(kept: np.ndarray, again: np.ndarray) -> bool:
+            key = (id(kept), id(again))
+            if again is kept or key in seen:
+                return True
+            seen.add(key)
+            return bool(np.all(again >= kept))
+
+        return all(dominated(v[False], v[True]) for v in self.option_time.values()) and all(
+            dominated(e.keep, e.recompute) for e in self.edges
+        )
+
     def node_cost(self, node: str, weight: float, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
         """(cost per strategy, chosen option per strategy) at ``time + weight * memory``.
 
         Ties between options go to the one holding less memory (ZeRO-2 over ZeRO-0 at equal
         time), then to the lower stage.
         """
-        t = self.option_time[node][recompute]
-        m = self.option_memory[node][recompute]
-        val = t + weight * m if weight else t
-        best = val.min(axis=1)
-        tol = 1e-12 * np.abs(best) + 1e-300
-        tie = np.where(val <= (best + tol)[:, None], m, np.inf)
-        choice = tie.argmin(axis=1)
-        return best, choice
+        return _weighted(
+            self.option_time[node][recompute], self.option_memory[node][recompute], weight
+        )
+
+    def node_costs(
+        self, weight: float, recompute: bool, nodes: Iterable[str] | None = None
+    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """:meth:`node_cost` of every node (or of ``nodes``), in graph order, computed once per
+        distinct pair of arrays (the nodes of identical layers share theirs)."""
+        keep = self.option_time.keys() if nodes is None else set(nodes)
+        memo: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        out = {}
+        for n in self.option_time:
+            if n not in keep:
+                continue
+            t, m = self.option_time[n][recompute], self.option_memory[n][recompute]
+            key = (id(t), id(m))
+            if key not in memo:
+                memo[key] = _weighted(t, m, weight)
+            out[n] = memo[key]
+        return out
 
     def restricted(self, zero: int) -> SearchProblem:
         """The same problem with one ZeRO stage for every op (the plan-wide setting, as in
@@ -163,7 +200,7 @@ class SearchProblem:
             layouts=only(self.layouts), option_time=only(self.option_time),
             option_memory=only(self.option_memory), option_zero=only(self.option_zero),
             edges=[e for e in self.edges if e.u in keep and e.v in keep],
-            layer=only(self.layer), own_time=only(self.own_time),
+            layer=only(self.layer), own_time=only(self.own_time), structure_memo={},
             activation_bytes=only(self.activation_bytes), batch_memory=only(self.batch_memory),
             sync_per_microbatch=only(self.sync_per_microbatch),
         )
@@ -282,18 +319,26 @@ class SearchProblem:
     ) -> CostGraph:
         """The problem at ``time + memory_weight * memory`` (optionally a subgraph), with every
         layered node in the given variant."""
-        keep = self.option_time.keys() if nodes is None else nodes
-        costs = {
-            n: self.node_cost(n, memory_weight, recompute)[0]
-            for n in self.option_time
-            if n in keep
-        }
+        costs = {n: c for n, (c, _) in self.node_costs(memory_weight, recompute, nodes).items()}
         edges = tuple(
             (e.u, e.v, e.recompute if recompute else e.keep)
             for e in self.edges
             if e.u in costs and e.v in costs
         )
         return CostGraph(costs, edges)
+
+
+def _weighted(
+    time_s: np.ndarray, memory_bytes: np.ndarray, weight: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(cost per strategy, chosen option per strategy) at ``time + weight * memory`` of one
+    node's [strategies, options] arrays; ties between options go to the one holding less
+    memory, then to the lower column."""
+    val = time_s + weight * memory_bytes if weight else time_s
+    best = val.min(axis=1)
+    tol = 1e-12 * np.abs(best) + 1e-300
+    tie = np.where(val <= (best + tol)[:, None], memory_bytes, np.inf)
+    return best, tie.argmin(axis=1)
 
 
 @dataclass(frozen=True)
@@ -534,7 +579,7 @@ def build_problem(
         layer[node] = lay
     layouts: dict[str, list[Layout]] = {}
     edges: list[Edge] = []
-    emit_memo: dict[tuple, tuple[list[Layout], np.ndarray]] = {}
+    emit_memo: dict[tuple, tuple[list[Layout], np.ndarray, np.ndarray]] = {}
     edge_memo: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # (kept, recomputed)
     for node, names in members.items():
         for name in names:
@@ -551,10 +596,10 @@ def build_problem(
                 index = {lay: i for i, lay in enumerate(uniq)}
                 select = np.full((len(emitted), len(uniq)), np.inf)
                 select[np.arange(len(emitted)), [index[e] for e in emitted]] = 0.0
-                emit_memo[emit_key] = (uniq, select)
-            uniq, select = emit_memo[emit_key]
+                # one zero array per kind of tensor: nodes sharing arrays are priced once
+                emit_memo[emit_key] = (uniq, select, np.zeros((len(uniq), 1)))
+            uniq, select, zero = emit_memo[emit_key]
             layouts[tnode] = uniq
-            zero = np.zeros((len(uniq), 1))
             option_time[tnode] = {False: zero, True: zero}
             option_memory[tnode] = {False: zero, True: zero}
             option_zero[tnode] = (0,)
