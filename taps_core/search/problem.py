@@ -168,23 +168,23 @@ class SearchProblem:
         mems: dict[str, dict[bool, np.ndarray]] = {}
         zeros: dict[str, tuple[int, ...]] = {}
         slopes: dict[str, np.ndarray] = {}
+        shared = _Shared()
+
+        def column(values: np.ndarray, times: np.ndarray, col: int | None) -> np.ndarray:
+            """``values`` at the stage's column where it has one, else at stage 0."""
+            if col is None:
+                return values[:, :1]
+            return np.where(np.isfinite(times[:, col]), values[:, col], values[:, 0])[:, None]
+
         for n, stages in self.option_zero.items():
             col = stages.index(zero) if zero in stages else None
             times[n], mems[n] = {}, {}
             if n in self.sync_per_microbatch:
-                d = self.sync_per_microbatch[n]
-                slopes[n] = d[:, :1] if col is None else np.where(
-                    np.isfinite(self.option_time[n][False][:, col]), d[:, col], d[:, 0]
-                )[:, None]
+                d, t = self.sync_per_microbatch[n], self.option_time[n][False]
+                slopes[n] = shared(column, d, t, col)
             for rc in (False, True):
                 t, m = self.option_time[n][rc], self.option_memory[n][rc]
-                if col is None:
-                    tt, mm = t[:, :1], m[:, :1]
-                else:
-                    ok = np.isfinite(t[:, col])
-                    tt = np.where(ok, t[:, col], t[:, 0])[:, None]
-                    mm = np.where(ok, m[:, col], m[:, 0])[:, None]
-                times[n][rc], mems[n][rc] = tt, mm
+                times[n][rc], mems[n][rc] = shared(column, t, t, col), shared(column, m, t, col)
             zeros[n] = (zero if col is not None else 0,)
         return replace(self, option_time=times, option_memory=mems, option_zero=zeros,
                        sync_per_microbatch=slopes)
@@ -211,12 +211,17 @@ class SearchProblem:
         activations per copy; times are unchanged."""
         extra = copies - self.activation_copies
         act = self.activation_bytes
+        shared = _Shared()
+
+        def more(m: np.ndarray, a: np.ndarray) -> np.ndarray:
+            return m + extra * (a[:, None] if m.ndim == 2 else a)
+
         mems = {
-            n: {rc: m + extra * act[n][rc][:, None] for rc, m in v.items()} if n in act else v
+            n: {rc: shared(more, m, act[n][rc]) for rc, m in v.items()} if n in act else v
             for n, v in self.option_memory.items()
         }
         batch = {
-            n: {rc: m + extra * act[n][rc] for rc, m in v.items()} if n in act else v
+            n: {rc: shared(more, m, act[n][rc]) for rc, m in v.items()} if n in act else v
             for n, v in self.batch_memory.items()
         }
         return replace(self, option_memory=mems, batch_memory=batch, activation_copies=copies)
@@ -246,22 +251,32 @@ class SearchProblem:
                 "micro-batches, or through is smaller"
             )
         extra, shrink = microbatches - k0, 1.0 - k0 / through
+        shared = _Shared()
+
+        def slower(t: np.ndarray, slope: np.ndarray) -> np.ndarray:
+            return np.where(np.isfinite(t), t + extra * slope, np.inf)
+
+        def leaner(m: np.ndarray, scaled: np.ndarray) -> np.ndarray:
+            return m - shrink * scaled[:, None]
+
+        def smaller(a: np.ndarray) -> np.ndarray:
+            return (1.0 - shrink) * a
+
         times: dict[str, dict[bool, np.ndarray]] = {}
         mems: dict[str, dict[bool, np.ndarray]] = {}
         for n, by_rc in self.option_time.items():
             slope = self.sync_per_microbatch.get(n)
             times[n] = by_rc if slope is None else {
-                rc: np.where(np.isfinite(t), t + extra * slope, np.inf)
-                for rc, t in by_rc.items()
+                rc: shared(slower, t, slope) for rc, t in by_rc.items()
             }
             scaled = self.batch_memory.get(n, {})
             mems[n] = {
-                rc: m - shrink * scaled[rc][:, None] if rc in scaled else m
+                rc: shared(leaner, m, scaled[rc]) if rc in scaled else m
                 for rc, m in self.option_memory[n].items()
             }
-        act = {n: {rc: (1.0 - shrink) * a for rc, a in v.items()}
+        act = {n: {rc: shared(smaller, a) for rc, a in v.items()}
                for n, v in self.activation_bytes.items()}
-        batch = {n: {rc: (1.0 - shrink) * a for rc, a in v.items()}
+        batch = {n: {rc: shared(smaller, a) for rc, a in v.items()}
                  for n, v in self.batch_memory.items()}
         return replace(self, microbatches=microbatches, option_time=times, option_memory=mems,
                        activation_bytes=act, batch_memory=batch)
@@ -326,6 +341,22 @@ class SearchProblem:
             if e.u in costs and e.v in costs
         )
         return CostGraph(costs, edges)
+
+
+class _Shared:
+    """Arrays derived once per function and distinct source arrays (by identity, with any
+    plain arguments): nodes that share arrays (identical layers) keep sharing them in a
+    derived problem, whose node costs are then priced once per kind of node. Local to one
+    derivation, while its source arrays are alive."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple, np.ndarray] = {}
+
+    def __call__(self, make: Callable[..., np.ndarray], *args: object) -> np.ndarray:
+        key = (make, *(id(a) if isinstance(a, np.ndarray) else a for a in args))
+        if key not in self._memo:
+            self._memo[key] = make(*args)
+        return self._memo[key]
 
 
 def _weighted(
