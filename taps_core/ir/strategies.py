@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 
 from taps_core.ir.graph import OpGraph, OpSpec
 
@@ -69,22 +69,21 @@ class Strategy:
     def level(self, level: str) -> LevelSplit:
         return self.inter if level == "inter" else self.intra
 
-    @cached_property
-    def _factors(self) -> dict[tuple[str, str | None], int]:
+    def __post_init__(self) -> None:
+        # the factor table and a memo of products, set once (plain attributes: the cost tables
+        # read them millions of times, and a cached_property's lookup costs more than the read)
         table: dict[tuple[str, str | None], int] = {}
         for lv in LEVELS:
             for ch, f in self.level(lv):
                 table[(ch, lv)] = table.get((ch, lv), 1) * f
                 table[(ch, None)] = table.get((ch, None), 1) * f
-        return table
+        # not dataclass fields: out of eq, hash, repr and asdict
+        object.__setattr__(self, "_factors", table)
+        object.__setattr__(self, "_products", {})
 
     def factor(self, letter: str, level: str | None = None) -> int:
         """Ways ``letter`` is split on one level, or on both when ``level`` is None."""
         return self._factors.get((letter, level), 1)
-
-    @cached_property
-    def _products(self) -> dict[tuple[str | frozenset[str], str | None], int]:
-        return {}
 
     def split_ways(self, letters: str | frozenset[str], level: str | None = None) -> int:
         """Product of the factors of ``letters`` on one level (both when ``level`` is None):

@@ -10,6 +10,8 @@ fair because they are all reported through here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from taps_core.cluster.links import LinkModel
@@ -20,6 +22,34 @@ from taps_core.costs.reshard import convert_phases, plain
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import Strategy, reader_layouts
 from taps_core.plan.records import LinkTraffic, OpChoice, OpPlan, PipelineInfo, Plan, SearchInfo
+
+
+@dataclass
+class PricingMemo:
+    """What evaluations of many choices on one graph and topology share (a caller pricing
+    many configurations): each op's cost per strategy, and its input conversions per (its
+    choice, the strategies it reads from, micro-batches)."""
+
+    op_costs: dict[tuple[str, Strategy], OpCost] = field(default_factory=dict)
+    input_phases: dict[tuple, list[tuple[str, Phase]]] = field(default_factory=dict)
+
+
+def _input_key(graph: OpGraph, choice: dict[str, OpChoice], name: str, k: int) -> tuple:
+    """Everything :func:`op_input_phases` of op ``name`` depends on."""
+    op = graph.op_by_name[name]
+    own = choice[name]
+    deps = []
+    for tname in op.inputs:
+        producer = graph.producer.get(tname)
+        t = graph.tensors[tname]
+        if producer is not None:
+            deps.append(choice[producer].strategy)
+        elif t.tied:
+            owner = next((o for o in graph.consumers.get(t.tied_to, ()) if o != name), None)
+            deps.append(None if owner is None else choice[owner].strategy)
+        else:
+            deps.append(None)
+    return (name, own.strategy, own.recompute, k, tuple(deps))
 
 
 def _as_choice(c: Strategy | OpChoice) -> OpChoice:
@@ -86,14 +116,14 @@ def evaluate(
     memory_limit_bytes: float,
     microbatches: int = 1,
     activation_copies: int = 1,
-    op_costs: dict[tuple[str, Strategy], OpCost] | None = None,
+    memo: PricingMemo | None = None,
     per_link: bool = True,
 ) -> Plan:
     """Cost ``choice`` on the topology of ``links`` (see the module docstring).
 
     ``choice`` maps every op to a :class:`OpChoice` (a bare Strategy means ZeRO 0, no
-    recomputation). ``op_costs`` keeps each op's cost under a strategy for later calls on
-    the same graph and topology (a caller pricing many choices of one graph); without
+    recomputation). ``memo`` keeps op costs and input conversions for later calls on the
+    same graph and topology (a caller pricing many choices of one graph); without
     ``per_link`` the plan lists no link loads (a caller that needs only its time and memory).
     """
     topology = links.topology
@@ -112,17 +142,25 @@ def evaluate(
     for op in graph.ops:
         c = full[op.name]
         key = (op.name, c.strategy)
-        cost = None if op_costs is None else op_costs.get(key)
+        cost = None if memo is None else memo.op_costs.get(key)
         if cost is None:
             cost = op_cost(graph, op, c.strategy, topology, mode)
-            if op_costs is not None:
-                op_costs[key] = cost
+            if memo is not None:
+                memo.op_costs[key] = cost
         opt = op_option(
             cost, mode, zero=c.zero, recompute=c.recompute, microbatches=microbatches,
             activation_copies=activation_copies,
         )
         phases = list(opt.phases)
-        phases += op_input_phases(graph, full, op.name, mode, g, microbatches)
+        if memo is None:
+            phases += op_input_phases(graph, full, op.name, mode, g, microbatches)
+        else:
+            ikey = _input_key(graph, full, op.name, microbatches)
+            if ikey not in memo.input_phases:
+                memo.input_phases[ikey] = op_input_phases(
+                    graph, full, op.name, mode, g, microbatches
+                )
+            phases += memo.input_phases[ikey]
         seconds = 0.0
         sent = 0.0
         for _, p in phases:

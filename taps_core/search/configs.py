@@ -33,12 +33,11 @@ from dataclasses import dataclass, replace
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import TopologyCost
-from taps_core.costs.ops import Memory, OpCost
+from taps_core.costs.ops import Memory
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.ir.graph import MEMORY_BOUND_KINDS, OpGraph
-from taps_core.ir.strategies import Strategy
 from taps_core.models import build_graph
-from taps_core.plan.evaluate import evaluate
+from taps_core.plan.evaluate import PricingMemo, evaluate
 from taps_core.plan.records import Plan, SearchInfo
 from taps_core.search.fixed_config import FixedConfig, Layout3D, fixed_choices, plan_fixed, resolve
 from taps_core.search.pipeline import (
@@ -211,7 +210,7 @@ class _Pricer:
         self._graphs: dict[tuple[int, int], OpGraph] = {}
         self._stages: dict[tuple[object, ...], tuple[_Figures, Plan]] = {}
         self._sends: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, float]] = {}
-        self._op_costs: dict[tuple[object, ...], dict[tuple[str, Strategy], OpCost]] = {}
+        self._memos: dict[tuple[object, ...], PricingMemo] = {}
 
     def micro(self, samples: int, layers: int) -> OpGraph:
         """The model with ``layers`` layers at a micro-batch of ``samples``."""
@@ -232,13 +231,14 @@ class _Pricer:
                 micro, 0, layers - 1, head=head, tail=tail
             )
             info = SearchInfo(algorithm="fixed", time_s=0.0, num_strategies=0, status="fixed")
-            costs = self._op_costs.setdefault(
-                (lay.micro_batch_size * lay.dp, layers, head, tail, lay.hosts_per_stage), {}
+            memo = self._memos.setdefault(
+                (lay.micro_batch_size * lay.dp, layers, head, tail, lay.hosts_per_stage),
+                PricingMemo(),
             )
             plan = evaluate(
                 sg, links, self.mode, fixed_choices(sg, lay), label="stage",
                 cost_model="topology", search=info, memory_limit_bytes=math.inf,
-                microbatches=lay.microbatches, op_costs=costs, per_link=False,
+                microbatches=lay.microbatches, memo=memo, per_link=False,
             )
             self._stages[key] = (
                 _Figures(plan.total_time_s, _sync_s(plan, TopologyCost(links)), plan.memory),
