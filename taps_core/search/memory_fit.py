@@ -17,22 +17,24 @@ from taps_core.plan.records import Plan
 from taps_core.units import GiB
 
 TRANSIENT_RETRIES = 8  # searches with a tightened limit when transient buffers overflow it
+PLAIN_RETRIES = 3  # the first retries shrink by the overflow alone; later ones at least double
 
 
 def within_limit(run: Callable[[float], Plan], limit_bytes: float) -> Plan:
     """``run(search_limit)`` until its plan fits ``limit`` bytes per device, exactly counted
     (see the module docstring): the first plan stands when it fits (optimal if its search
     proved it); otherwise the limit shrinks and the plan is "feasible", above the first
-    search's bound. The limit shrinks by the overflow and at least doubles its shrink each
-    time (plans that overflow in turn cannot stall it); a shrink past every fitting plan is
+    search's bound. The limit shrinks by the overflow, from the fourth retry on at least
+    doubling its shrink (plans that overflow in turn cannot stall it; the first retries stay
+    as close to the limit as the overflow allows); a shrink past every fitting plan is
     bisected back. Raises InfeasibleError when no retry fits."""
     plan = first = run(limit_bytes)
     lo, hi = 0.0, limit_bytes  # shrinks of the limit: lo's plan overflows, hi's search fails
-    for _ in range(TRANSIENT_RETRIES):
+    for attempt in range(TRANSIENT_RETRIES):
         over = plan.memory.total - limit_bytes
         if over <= limit_bytes * 1e-9:
             break
-        shrink = max(lo + over, 2 * lo)
+        shrink = lo + over if attempt < PLAIN_RETRIES else max(lo + over, 2 * lo)
         if shrink >= hi:
             shrink = (lo + hi) / 2
         try:
