@@ -351,11 +351,8 @@ def search_flat_at(
             unexplored.append(bound)  # out of time: only its divisors' bound is known
             continue
         # a built divisor's problem, relaxed, often prunes k (and the counts after it) unbuilt
-        group = [c for c in counts[i:] if c not in settled][:width]
-        pruned = _relaxation_prunes(built, group, limit, bar, mode, hint)
-        if pruned is None and len(group) > 1:
-            group = [k]
-            pruned = _relaxation_prunes(built, group, limit, bar, mode, hint)
+        rest = [c for c in counts[i:] if c not in settled]
+        group, pruned = _prune_unbuilt(built, rest, width, limit, bar, mode, hint)
         width = 2 * len(group) if pruned is not None else 1
         try:
             if pruned is not None:
@@ -367,16 +364,14 @@ def search_flat_at(
             sub, sol, info, free[k] = _best_zero_stage(
                 problem, limit, mode, bar, deadline, exact_fronts=exact_fronts, lam_hint=hint
             )
-        except _NoFitError as err:
+        except (_NoFitError, _SlowerError) as err:
             free.update(dict.fromkeys(group, err.free_time_s))
             settled.update(group)
-            error = err if error is None else error
-            continue
-        except _SlowerError as err:
-            free.update(dict.fromkeys(group, err.free_time_s))
-            settled.update(group)
-            hint = err.lam_s_per_byte or hint
-            cut = cut or best is None
+            if isinstance(err, _NoFitError):
+                error = err if error is None else error
+            else:
+                hint = err.lam_s_per_byte or hint
+                cut = cut or best is None
             continue
         explored.append(info)
         memory = memory_of(sub, sol)
@@ -422,6 +417,26 @@ def search_flat_at(
         memory_limit_bytes=limit,
         microbatches=k,
     )
+
+
+def _prune_unbuilt(
+    built: dict[int, SearchProblem],
+    rest: list[int],
+    width: int,
+    limit_bytes: float,
+    cutoff_s: float,
+    mode: str,
+    lam_hint: float,
+) -> tuple[list[int], _SlowerError | _NoFitError | None]:
+    """The counts pruned without being built and why: the first ``width`` of ``rest`` at once,
+    else the first alone (:func:`_relaxation_prunes`); the first alone and None when neither
+    is pruned."""
+    group = rest[:width]
+    pruned = _relaxation_prunes(built, group, limit_bytes, cutoff_s, mode, lam_hint)
+    if pruned is None and len(group) > 1:
+        group = rest[:1]
+        pruned = _relaxation_prunes(built, group, limit_bytes, cutoff_s, mode, lam_hint)
+    return group, pruned
 
 
 def _relaxation_prunes(

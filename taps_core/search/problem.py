@@ -596,18 +596,13 @@ def build_problem(
                 graph, ops, mesh, mode, memo, space, allow, k, activation_copies
             )
         strats, times, mems, zeros, own, per_copy, batch, slope = groups[sig]
-        own_time[node] = own
-        sync_slope[node] = slope
-        strategies[node] = strats
+        own_time[node], sync_slope[node], strategies[node] = own, slope, strats
         lay = ops[0].layer
-        layered = train and lay is not None
-        activation[node] = per_copy if layered else {False: per_copy[False],
-                                                     True: per_copy[False]}
-        option_time[node] = times if layered else {False: times[False], True: times[False]}
-        option_memory[node] = mems if layered else {False: mems[False], True: mems[False]}
-        batch_memory[node] = batch if layered else {False: batch[False], True: batch[False]}
-        option_zero[node] = zeros
-        layer[node] = lay
+        # ops outside the layers are never recomputed: both variants are the kept one
+        pick = _same if train and lay is not None else _kept_twice
+        activation[node], option_time[node] = pick(per_copy), pick(times)
+        option_memory[node], batch_memory[node] = pick(mems), pick(batch)
+        option_zero[node], layer[node] = zeros, lay
     layouts: dict[str, list[Layout]] = {}
     edges: list[Edge] = []
     emit_memo: dict[tuple, tuple[list[Layout], np.ndarray, np.ndarray]] = {}
@@ -676,6 +671,15 @@ def build_problem(
         batch_memory,
         sync_slope,
     )
+
+
+def _same(by_variant: dict[bool, np.ndarray]) -> dict[bool, np.ndarray]:
+    return by_variant
+
+
+def _kept_twice(by_variant: dict[bool, np.ndarray]) -> dict[bool, np.ndarray]:
+    """Both recomputation variants as the kept one (an op that is never recomputed)."""
+    return {False: by_variant[False], True: by_variant[False]}
 
 
 def _graph_order(
