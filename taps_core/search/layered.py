@@ -151,8 +151,10 @@ def _options(
     problem: SearchProblem, choice: dict[str, int], weight: float, rc_of: dict[str, bool]
 ) -> dict[str, int]:
     """The option each node takes at its chosen strategy (ties: less memory)."""
-    kept, again = (problem.node_costs(weight, rc) for rc in (False, True))
-    return {n: int((again if rc_of.get(n, False) else kept)[n][1][s]) for n, s in choice.items()}
+    again = [n for n in choice if rc_of.get(n, False)]
+    kept = problem.node_costs(weight, False, [n for n in choice if not rc_of.get(n, False)])
+    kept.update(problem.node_costs(weight, True, again) if again else {})
+    return {n: int(kept[n][1][s]) for n, s in choice.items()}
 
 
 def _solve_flat(problem: SearchProblem, weight: float) -> Assignment:
