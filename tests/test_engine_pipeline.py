@@ -172,3 +172,31 @@ def test_the_tied_exchange_is_the_whole_weight_where_the_stages_split_it_differe
     assert against[split] > alone[split]  # split another way than the embedding: the whole
     unsplit = problem.strategies[node].index(Strategy((), ()))
     assert against[unsplit] == alone[unsplit]  # both whole: the same
+
+
+@pytest.mark.parametrize("spec", ["tp=2,pp=2,mbs=2,zero=1", "tp=1,pp=4,mbs=1,recompute=full"])
+def test_a_pipeline_recosted_on_other_links_equals_its_price_there(spec):
+    """recost_pipeline keeps stages, split, micro-batches and every op's choice: a framework
+    configuration with stages priced on one network and re-costed on another (the bandwidth
+    sweep's use) equals its price there; on its own links it gives its own figures."""
+    from taps_core.cluster.topology import node_inter_bandwidth, scale_inter_bandwidth
+    from taps_core.search.fixed_config import parse_fixed, plan_fixed
+    from taps_core.search.pipeline import recost_pipeline
+
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=32, seq_length=256)
+    fast = preset("dgx-a100:4")  # tied embedding across the first and last stage included
+    slow = scale_inter_bandwidth(fast, node_inter_bandwidth(fast) / 20)
+    config = parse_fixed(spec)
+    here, there = plan_fixed(graph, fast, config), plan_fixed(graph, slow, config)
+    assert here.pipeline is not None and there.total_time_s > here.total_time_s
+    moved = recost_pipeline(here, graph, LinkModel(slow))
+    same = recost_pipeline(here, graph, LinkModel(fast))
+    for got, want in ((moved, there), (same, here)):
+        assert got.total_time_s == pytest.approx(want.total_time_s, rel=1e-12)
+        assert got.comm_time_s == pytest.approx(want.comm_time_s, rel=1e-12)
+        assert got.memory.total == pytest.approx(want.memory.total, rel=1e-12)
+        assert got.pipeline.bubble_time_s == pytest.approx(want.pipeline.bubble_time_s, rel=1e-9)
+    searched = search_pipeline(graph, fast)
+    assert searched is not None
+    again = recost_pipeline(searched, graph, LinkModel(fast))
+    assert again.total_time_s == pytest.approx(searched.total_time_s, rel=1e-12)

@@ -233,3 +233,18 @@ def test_twins_at_either_end_of_an_interval_are_a_tie(gpt2, monkeypatch):
 
         monkeypatch.setattr(run, "_reprice", moved)
         assert run._tie(1.0, 2.0) is expected, twin_end
+
+
+def test_pipelined_plans_are_recosted_not_searched_again():
+    """A pipelined plan re-costs at another bandwidth (its stages, split and micro-batches
+    kept), so ties and previews need no search; where it was found, it costs what it did."""
+    graph = build_graph(load_model_config("gpt2").with_workload(batch_size=32))
+    topo = preset("dgx-a100:4")
+    plan = search(graph, topo, pipeline=True)
+    assert plan.pipeline is not None
+    assert reprice(plan, graph, topo).total_time_s == pytest.approx(plan.total_time_s, rel=1e-12)
+    run = SweepRun(graph, topo, labels=("taps",), pipeline=True)
+    bw = node_inter_bandwidth(topo)
+    slower = run._reprice(plan, bw / 10, bw)
+    assert slower is not None and slower.pipeline is not None
+    assert slower.total_time_s > plan.total_time_s and run.searches == 0

@@ -39,7 +39,7 @@ from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace
 from taps_core.models import build_graph
 from taps_core.plan.evaluate import evaluate, link_traffic, plan_record
-from taps_core.plan.records import OpPlan, PipelineInfo, Plan, SearchInfo, StageInfo
+from taps_core.plan.records import OpChoice, OpPlan, PipelineInfo, Plan, SearchInfo, StageInfo
 from taps_core.search.flat import choices_of, search_fixed
 from taps_core.search.memory_fit import within_limit
 from taps_core.search.problem import BuildMemo, SearchProblem, StrategyFilter
@@ -455,6 +455,43 @@ def assemble_stages(
             )
         )
     return _put_together(micro, topology, links, mode, cost_model, limit, m, ranges, stage_plans)
+
+
+def recost_pipeline(plan: Plan, graph: OpGraph, links: LinkModel) -> Plan:
+    """A pipelined ``plan`` of ``graph`` costed on ``links`` (the same cluster shape, e.g.
+    another network bandwidth): its stages, layer split, micro-batches and every op's choice
+    kept, each stage evaluated on its own hosts and put together as the search does. On the
+    links it was planned on, it gives the plan's own figures."""
+    pi = plan.pipeline
+    span = layer_range(graph)
+    if pi is None or span is None:
+        raise InvalidInputError("plan", plan.label, "a pipelined plan of a layered model")
+    p, m = len(pi.stages), pi.microbatches
+    cfg = graph.meta["config"]
+    micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
+    split = tuple(
+        st.layers[1] - st.layers[0] + 1 if st.layers is not None else 0 for st in pi.stages
+    )
+    chosen: dict[int, dict[str, OpChoice]] = {}
+    for op in plan.ops:
+        chosen.setdefault(op.stage or 0, {})[op.name] = OpChoice(op.strategy, op.zero,
+                                                                 op.recompute)
+    stages = iter(range(p))
+
+    def stage_plan(sg: OpGraph, sub: LinkModel, copies: int) -> Plan:
+        mine = chosen[next(stages)]  # called once per stage, in order
+        return evaluate(
+            sg, sub, plan.mode, {op.name: mine[op.name] for op in sg.ops}, label="stage",
+            cost_model=plan.cost_model, search=plan.search,
+            memory_limit_bytes=plan.memory_limit_bytes, microbatches=m,
+            activation_copies=copies,
+        )
+
+    out = assemble_stages(
+        micro, links.topology, links, plan.mode, plan.cost_model, plan.memory_limit_bytes, p, m,
+        split, span[0], stage_plan,
+    )
+    return replace(out, label=plan.label, search=plan.search)
 
 
 def _put_together(

@@ -104,15 +104,21 @@ def coarse_to_fine(n: int) -> list[int]:
 
 
 def reprice(plan: Plan, graph: OpGraph, topology: Topology) -> Plan | None:
-    """``plan``'s strategies costed on another ``topology`` of the same shape, or None when
-    that is not possible (another cluster shape, or an engine API this code does not know)."""
+    """``plan``'s strategies costed on another ``topology`` of the same shape (a pipeline with
+    its stages, split and micro-batches kept, :func:`~taps_core.search.pipeline.recost_pipeline`),
+    or None when that is not possible (another cluster shape, or an engine API this code does
+    not know)."""
     from taps_core.cluster.links import LinkModel
     from taps_core.plan.evaluate import evaluate
+    from taps_core.search.pipeline import recost_pipeline
 
     if (plan.nodes, plan.gpus_per_node) != (topology.nodes, topology.gpus_per_node):
         return None
     if getattr(plan, "pipeline", None) is not None:
-        return None  # a pipeline's stages are planned on their own hosts: search again
+        try:
+            return recost_pipeline(plan, graph, LinkModel(topology))
+        except (TypeError, AttributeError, KeyError, TapsError):
+            return None
     # per-op choices (strategy plus ZeRO stage and recomputation) where the engine has them
     choice = getattr(plan, "choices", None) or plan.strategies
     extra = {"microbatches": plan.microbatches} if hasattr(plan, "microbatches") else {}
@@ -356,7 +362,7 @@ class SweepRun:
         self._found: dict[tuple[str, float], _Found] = {}
         self._changes: dict[tuple[float, float], Change] = {}
         self._complete: dict[tuple[tuple[float, ...], bool], Sweep] = {}
-        self._reprice_ok: bool | None = None
+        self._reprice_ok: dict[bool, bool] = {}  # re-costing checked faithful, by pipelined
         self._lock = threading.RLock()
         self.searches = 0
 
@@ -409,16 +415,17 @@ class SweepRun:
 
     def _reprice(self, plan: Plan, bw: float, found_at: float) -> Plan | None:
         """``plan`` (found at ``found_at``) costed at ``bw``; None if the engine cannot re-cost
-        it faithfully (checked once: re-costing a plan where it was found must agree).
-        A pipelined plan is never re-costed (its stages are planned on their own hosts)."""
-        if plan.pipeline is not None:
-            return None
-        if self._reprice_ok is None:
+        it faithfully (checked once for plans without stages and once for pipelines: re-costing
+        a plan where it was found must agree)."""
+        kind = plan.pipeline is not None
+        if kind not in self._reprice_ok:
             same = reprice(plan, self.graph, self._topology_at(found_at))
-            self._reprice_ok = same is not None and math.isclose(
+            self._reprice_ok[kind] = same is not None and math.isclose(
                 same.total_time_s, plan.total_time_s, rel_tol=1e-9, abs_tol=1e-15
             )
-        return reprice(plan, self.graph, self._topology_at(bw)) if self._reprice_ok else None
+        if not self._reprice_ok[kind]:
+            return None
+        return reprice(plan, self.graph, self._topology_at(bw))
 
     def at(self, label: str, bw: float, *, searched: bool = False) -> Priced:
         """``label``'s plan at ``bw``: searched, or (unless ``searched``) a neighbour's re-costed
