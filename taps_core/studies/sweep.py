@@ -16,7 +16,9 @@ up to the requested bandwidth, keeping their relative speeds (a degraded NIC sta
   where the plans searched on either side differ. Where they agree, that plan is re-costed at
   the new bandwidth instead (an evaluation, ~20x cheaper than a search). This is exact when
   each plan's time is affine in 1/bandwidth, and it is exact for the volume-based plan, whose
-  choice never depends on bandwidth.
+  choice never depends on bandwidth. A pipelined plan is re-costed with its stages, split and
+  micro-batches kept (:func:`~taps_core.search.pipeline.recost_pipeline`); its 1F1B step is a
+  maximum over stages, so there the warm start approximates a search.
 - Between two grid points where TAPS's plan differs, the change is located by bisection in
   log space to a tight interval, and explained in words: first the structure in Megatron-LM's
   terms (:class:`Shape`: TP/PP/DP sizes, ZeRO, recomputation, hosts repeating work), then the
