@@ -111,6 +111,13 @@ class PipelineInfo:
     tied_flows: tuple[tuple[int, int, float], ...] = ()  # its (src GPU, dst GPU, bytes per step)
 
     @property
+    def layer_split(self) -> tuple[int, ...]:
+        """Layers per stage, first stage first (0 for a stage without layers)."""
+        return tuple(
+            st.layers[1] - st.layers[0] + 1 if st.layers is not None else 0 for st in self.stages
+        )
+
+    @property
     def bubble_fraction(self) -> float:
         busy = self.step_time_s - max((st.sync_s for st in self.stages), default=0.0)
         return self.bubble_time_s / busy if busy > 0 else 0.0

@@ -134,12 +134,10 @@ def _lagrangian(
     count) is tried first: ``L(lam) = min_x time(x) + lam * (memory(x) - limit)`` bounds every
     fitting plan from below for any ``lam >= 0``, so one solve prunes when it reaches the
     cutoff (the pruned problem's unconstrained optimum is then not known: 0 is reported)."""
-    if lam_hint > 0 and math.isfinite(cutoff_s):
-        hinted = evaluate_at(problem, lam_hint)
-        if hinted.time_s + lam_hint * (hinted.memory_bytes - limit_bytes) >= cutoff_s * (
-            1 - 1e-12
-        ):
-            raise _SlowerError(0.0, lam_hint)
+    if lam_hint > 0 and math.isfinite(cutoff_s) and _bound_at(
+        problem, lam_hint, limit_bytes
+    ) >= cutoff_s * (1 - 1e-12):
+        raise _SlowerError(0.0, lam_hint)
     fast = evaluate_at(problem, 0.0)
     if fast.time_s >= cutoff_s * (1 - 1e-12):
         raise _SlowerError(fast.time_s)
@@ -153,6 +151,13 @@ def _lagrangian(
         # proven: no fitting plan here beats the one in hand
         raise _SlowerError(fast.time_s, bounds.lam)
     return fast, lean, bounds
+
+
+def _bound_at(problem: SearchProblem, lam_s_per_byte: float, limit_bytes: float) -> float:
+    """The Lagrangian ``L(lam) = min_x time(x) + lam * (memory(x) - limit)`` (seconds): a
+    lower bound on every plan of ``problem`` within ``limit_bytes``, for any ``lam >= 0``."""
+    solved = evaluate_at(problem, lam_s_per_byte)
+    return solved.time_s + lam_s_per_byte * (solved.memory_bytes - limit_bytes)
 
 
 def _no_fit(fast: Solved, lean: Solved, limit_bytes: float, mode: str) -> _NoFitError:
@@ -458,8 +463,7 @@ def _relaxation_prunes(
         return None
     relaxed = built[max(base)].relaxed(counts[0], through=counts[-1])
     if len(counts) > 1:
-        solved = evaluate_at(relaxed, lam_hint)
-        bound = solved.time_s + lam_hint * (solved.memory_bytes - limit_bytes)
+        bound = _bound_at(relaxed, lam_hint, limit_bytes)
         return _SlowerError(0.0, lam_hint) if bound >= cutoff_s * (1 - 1e-12) else None
     try:
         fast, lean, _ = _lagrangian(relaxed, limit_bytes, cutoff_s, lam_hint)

@@ -40,7 +40,7 @@ from taps_core.ir.strategies import SearchSpace
 from taps_core.models import build_graph
 from taps_core.plan.evaluate import evaluate, link_traffic, plan_record
 from taps_core.plan.records import OpChoice, OpPlan, PipelineInfo, Plan, SearchInfo, StageInfo
-from taps_core.search.flat import choices_of, search_fixed
+from taps_core.search.flat import choices_of, micro_graph, search_fixed
 from taps_core.search.memory_fit import within_limit
 from taps_core.search.problem import BuildMemo, SearchProblem, StrategyFilter
 from taps_core.search.sends import (
@@ -396,14 +396,12 @@ def plan_setting(
     every stage's plan searched exactly (None when a stage cannot fit or time runs out)."""
 
     span = layer_range(graph)
-    cfg = graph.meta["config"]
     if span is None or topology.nodes % p or sum(split) != span[1] - span[0] + 1:
         raise InvalidInputError("split", split, f"{p} stage sizes summing to the layers")
     limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
-    micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
     return _assemble(
-        micro, topology, links or LinkModel(topology), mode, cost_model, limit, p, m, split,
-        span[0], _StageCache(), None, space, deadline,
+        micro_graph(graph, m), topology, links or LinkModel(topology), mode, cost_model, limit,
+        p, m, split, span[0], _StageCache(), None, space, deadline,
     )
 
 
@@ -467,11 +465,6 @@ def recost_pipeline(plan: Plan, graph: OpGraph, links: LinkModel) -> Plan:
     if pi is None or span is None:
         raise InvalidInputError("plan", plan.label, "a pipelined plan of a layered model")
     p, m = len(pi.stages), pi.microbatches
-    cfg = graph.meta["config"]
-    micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
-    split = tuple(
-        st.layers[1] - st.layers[0] + 1 if st.layers is not None else 0 for st in pi.stages
-    )
     chosen: dict[int, dict[str, OpChoice]] = {}
     for op in plan.ops:
         chosen.setdefault(op.stage or 0, {})[op.name] = OpChoice(op.strategy, op.zero,
@@ -488,8 +481,8 @@ def recost_pipeline(plan: Plan, graph: OpGraph, links: LinkModel) -> Plan:
         )
 
     out = assemble_stages(
-        micro, links.topology, links, plan.mode, plan.cost_model, plan.memory_limit_bytes, p, m,
-        split, span[0], stage_plan,
+        micro_graph(graph, m), links.topology, links, plan.mode, plan.cost_model,
+        plan.memory_limit_bytes, p, m, pi.layer_split, span[0], stage_plan,
     )
     return replace(out, label=plan.label, search=plan.search)
 

@@ -288,7 +288,7 @@ def _refined(
         return plan
     pi = best.pipeline
     assert pi is not None
-    split = "/".join(str(st.layers[1] - st.layers[0] + 1) for st in pi.stages)
+    split = "/".join(map(str, pi.layer_split))
     note = (
         f"per-op stage plans: {len(pi.stages)} stages x {pi.microbatches} micro-batches "
         f"(layers {split}), every stage's plan searched exactly; faster than the plan "
@@ -336,10 +336,9 @@ def _refined_seed(
     cutoff it tightens: a plan without stages may beat the seed yet not its refinement."""
     if seed is None or pipeline is False or seed.pipeline is None:
         return None
-    st = seed.pipeline.stages
+    pi = seed.pipeline
     return plan_setting(
-        graph, topology, p=len(st), m=seed.pipeline.microbatches,
-        split=tuple(s.layers[1] - s.layers[0] + 1 for s in st), mode=mode,
+        graph, topology, p=len(pi.stages), m=pi.microbatches, split=pi.layer_split, mode=mode,
         memory_limit_bytes=memory_limit_bytes, links=links,
     )
 

@@ -80,7 +80,7 @@ class SearchProblem:
     # per node and recomputation variant: bytes per strategy of one micro-batch's kept
     # activations (``option_memory`` holds ``activation_copies`` of them)
     activation_bytes: dict[str, dict[bool, np.ndarray]] = field(default_factory=dict)
-    activation_copies: float = 1
+    activation_copies: int = 1
     # per node and variant: bytes per strategy that scale with the micro-batch size (every
     # kept activation copy and the rematerialised layer), included in ``option_memory``
     batch_memory: dict[str, dict[bool, np.ndarray]] = field(default_factory=dict)
