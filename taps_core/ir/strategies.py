@@ -187,17 +187,17 @@ def op_strategies(graph: OpGraph, op: OpSpec, mesh: Mesh, space: SearchSpace) ->
     out: list[Strategy] = []
     for inter in _splits(op, mesh.inter, letters, space):
         for intra in _splits(op, mesh.intra, letters, space):
-            s = _interned(inter, intra, False)
+            s = interned(inter, intra, False)
             if all(_fits(sizes[ch], s.factor(ch), ch in op.padded) for ch in letters):
                 out.append(s)
                 p_inter, p_intra = s.partial(contracted)
                 if deferrable and p_inter == 1 and p_intra > 1:
-                    out.append(_interned(inter, intra, True))
+                    out.append(interned(inter, intra, True))
     return out
 
 
 @lru_cache(maxsize=65536)
-def _interned(inter: LevelSplit, intra: LevelSplit, defer: bool) -> Strategy:
+def interned(inter: LevelSplit, intra: LevelSplit, defer: bool) -> Strategy:
     """One shared instance per distinct strategy, so its memoised factor products serve every
     op and every problem built with it (strategies are immutable values)."""
     return Strategy(inter, intra, defer)

@@ -27,7 +27,7 @@ from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.ir.graph import OpGraph, OpSpec
-from taps_core.ir.strategies import DEFERRABLE_KINDS, LevelSplit, Strategy
+from taps_core.ir.strategies import DEFERRABLE_KINDS, LevelSplit, Strategy, interned
 from taps_core.plan.evaluate import evaluate
 from taps_core.plan.records import OpChoice, Plan, SearchInfo
 from taps_core.search.pipeline import assemble_stages, balanced_split, layer_range
@@ -234,12 +234,12 @@ def op_strategy(graph: OpGraph, op: OpSpec, lay: Layout3D, letters: frozenset[st
                 f"a micro-batch whose {data} dim of {op.name} ({sizes[data]}) splits over "
                 f"dp = {lay.dp_intra * lay.hosts_per_stage}",
             )
-    s = Strategy(_split(op, inter), _split(op, intra))
+    s = interned(_split(op, inter), _split(op, intra), False)
     contracted = op.contracted - op.fixed
     partial = s.partial(contracted)
     hands_on = lay.sp and partial[1] > 1 and partial[0] == 1 and op.kind in DEFERRABLE_KINDS
     if hands_on and graph.consumers.get(op.output):
-        s = replace(s, defer=True)
+        s = interned(s.inter, s.intra, True)
     return s
 
 
