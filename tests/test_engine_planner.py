@@ -577,3 +577,34 @@ def test_a_larger_memory_limit_never_loses_the_plan_a_smaller_one_has():
         assert plan.memory.total <= frac * free * (1 + 1e-9)
         steps.append(plan.total_time_s)
     assert steps == sorted(steps, reverse=True)
+
+
+@pytest.mark.parametrize("frac", [0.15, 0.4, 0.7])
+def test_deepening_proves_in_the_pass_after_a_plan_is_found(frac, monkeypatch):
+    # once a pass finds a fitting plan, no plan within its gap fits: the next pass goes to that
+    # plan's cost at once and proves the optimum (the ILP's) instead of widening by 4 each time
+    from taps_core.search import flat
+    from taps_core.search.memory_bound import FrontSearch, dual_bounds
+
+    graph = _graph("gpt2", num_hidden_layers=3, batch_size=4, seq_length=64)
+    problem = _problem(graph, preset("pcie:1"), "infer").restricted(0)
+    fast, lean = evaluate_at(problem, 0.0), evaluate_at(problem, LEANEST_WEIGHT)
+    limit = lean[2] + frac * (fast[2] - lean[2])
+    bounds = dual_bounds(problem, limit, fast, lean)
+    passes: list[float | None] = []
+    run = FrontSearch.run
+
+    def counted(self, best_time, **kw):
+        found = run(self, best_time, **kw)
+        passes.append(None if found is None else found.cost)
+        return found
+
+    monkeypatch.setattr(FrontSearch, "run", counted)
+    found, _, unproven = flat._deepening(problem, limit, bounds)
+    cg, mem = expanded_problem(problem, False)
+    exact = ilp(cg, node_weights=mem, weight_limit=limit)
+    assert found is not None and unproven is None
+    assert found.cost == pytest.approx(exact.cost, rel=1e-9)
+    assert memory_of(problem, found) <= limit * (1 + 1e-9)
+    first = next((i for i, c in enumerate(passes) if c is not None), len(passes))
+    assert len(passes) <= first + 2

@@ -201,7 +201,9 @@ def _deepening(
     cutoff_s: float = math.inf,
 ) -> tuple[Assignment | None, float, float | None]:
     """Front searches with a growing gap until one proves its answer: a pass keeping every plan
-    within ``g`` of the dual bound is exact once its best time is within ``g`` of it too. No
+    within ``g`` of the dual bound is exact once its best time is within ``g`` of it too. The
+    gap grows x4 per pass, or straight to the cost of a plan a pass found beyond its gap (no
+    fitting plan is nearer the bound, so the pass to that cost proves the optimum). No
     gap beyond ``cutoff`` (seconds, a plan already in hand) is needed: a pass up to it that
     finds nothing proves no fitting plan is faster (gap tried returned as -1).
 
@@ -215,10 +217,15 @@ def _deepening(
         full = cutoff_s - bounds.lower
     g = full * FIRST_GAP_FRACTION
     kept: tuple[Assignment | None, float, float | None] | None = None
+    grown = g  # the gap the plain schedule (x4 per pass) has reached
+    jump = True  # off once a jump past the plain schedule outgrew the fronts
     while True:
         try:
             found = fs.run(bounds.lower + g, deadline=deadline)
         except TruncatedError:
+            if g > grown:  # a jump outgrew the fronts: back to the plain schedule
+                g, jump = grown, False
+                continue
             return kept if kept is not None else (None, g, None)
         if found is not None and "lower_bound_s" in found.stats:
             # the chain's memory steps leave a gap: its bound holds for plans within g, so a
@@ -233,7 +240,14 @@ def _deepening(
             if found is None and cutoff_s < bounds.best_time:
                 return None, -1.0, None
             return found, g, None
-        g = min(full, g * 4)
+        grown = min(full, grown * 4)
+        if jump and found is not None and "lower_bound_s" not in found.stats:
+            # no fitting plan is within g, and one costs found.cost: a pass to exactly there
+            # keeps every plan that could beat it, so it proves its answer (one pass, not a
+            # ladder of x4 passes that each find the same plan again)
+            g = min(full, (found.cost - bounds.lower) * (1 + 1e-9))
+        else:
+            g = grown
 
 
 def check_workload(graph: OpGraph, topology: Topology, space: SearchSpace = SearchSpace()) -> None:
