@@ -313,6 +313,7 @@ def sweep_run(
     """A :class:`taps_core.studies.sweep.SweepRun` shared by every session with these settings: the
     plans it has found survive reruns, page switches and interrupted sweeps. Or a Failure."""
     from taps_core.studies.sweep import SweepRun
+    from taps_core.studies.sweep_jobs import default_workers
 
     g = graph_or_failure(work)
     if isinstance(g, Failure):
@@ -325,6 +326,7 @@ def sweep_run(
             memory_limit_bytes=memory_limit_bytes,
             labels=labels,
             warm_taps=warm_taps,
+            workers=default_workers(),  # grid points searched in parallel: the same result
         )
     except TapsError as err:
         return Failure(str(err))

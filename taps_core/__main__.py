@@ -4,4 +4,5 @@ import sys
 
 from taps_core.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a worker process imports it (multiprocessing)
+    sys.exit(main())

@@ -19,6 +19,10 @@ class InvalidInputError(TapsError, ValueError):
             where = where[:157] + "..."
         super().__init__(f"{where} must be {expected}; got {shown_value(value)}")
 
+    def __reduce__(self) -> tuple[type, tuple[str, object, str]]:
+        # picklable with its own arguments (raised in a worker process, re-raised here)
+        return type(self), (self.field, self.value, self.expected)
+
 
 def shown_value(value: object, width: int = 80) -> str:
     """A one-line, bounded ``repr`` of a user value (huge integers are summarised, not printed)."""

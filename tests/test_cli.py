@@ -293,6 +293,7 @@ def _timeless(data):
         (["--from", "10", "--to", "1"], "--to"),
         (["--from", "1", "--to", "10", "--points", "41"], "--points"),
         (["--from", "1", "--to", "10", "--plans", "alpa"], "--plans"),
+        (["--from", "1", "--to", "10", "--workers", "0"], "--workers"),
     ],
 )
 def test_sweep_bad_input_names_the_flag(capsys, extra, flag):

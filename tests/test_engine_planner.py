@@ -346,7 +346,7 @@ def test_chain_of_layers_equals_ilp_in_inference(dgx1):
 
 
 def test_a_search_cut_short_takes_a_better_plan_another_planner_found(gpt2_small):
-    from taps_core.search.baselines import _share_candidates
+    from taps_core.search.baselines import share_candidates
 
     plans = compare(gpt2_small, preset("ethernet:2"), mode="train", pipeline=False)
     meg = plans["megatron"]
@@ -359,7 +359,7 @@ def test_a_search_cut_short_takes_a_better_plan_another_planner_found(gpt2_small
         "megatron": plans["taps"],
         "data_parallel": plans["volume"],
     }
-    shared = _share_candidates(worse)
+    shared = share_candidates(worse)
     for label in ("taps", "volume"):
         got = shared[label]
         assert got.label == label and got.search.status == "feasible"

@@ -232,6 +232,7 @@ def test_twins_at_either_end_of_an_interval_are_a_tie(gpt2, monkeypatch):
             return SimpleNamespace(total_time_s=there.total_time_s * (1 if same else 1.5))
 
         monkeypatch.setattr(run, "_reprice", moved)
+        run._ties.clear()  # remembered per bisection pass; the plans changed here
         assert run._tie(1.0, 2.0) is expected, twin_end
 
 
@@ -248,3 +249,33 @@ def test_pipelined_plans_are_recosted_not_searched_again():
     slower = run._reprice(plan, bw / 10, bw)
     assert slower is not None and slower.pipeline is not None
     assert slower.total_time_s > plan.total_time_s and run.searches == 0
+
+
+def test_workers_give_the_same_sweep(gpt2):
+    # grid points and the next bisections searched ahead in two processes: every plan, figure
+    # and located change is the one the sequential sweep finds
+    topo = preset("ethernet:2")
+    bws = log_bandwidths(1e9, 100e9, 4)
+    one = sweep_inter_bandwidth(gpt2, topo, bws, mode="train", workers=1)
+    two = sweep_inter_bandwidth(gpt2, topo, bws, mode="train", workers=2)
+    assert one.changes and one.changes == two.changes
+    for a, b in zip(one.points, two.points):
+        assert a.node_bandwidth_Bps == b.node_bandwidth_Bps
+        for label in one.labels:
+            pa, pb = a.plans[label], b.plans[label]
+            assert (pa.strategies, pa.searched, pa.summary) == (pb.strategies, pb.searched,
+                                                                pb.summary)
+            assert pa.total_time_s == pb.total_time_s
+
+
+def test_workers_validated_and_errors_cross_processes(gpt2):
+    import pickle
+
+    from taps_core.studies.sweep_jobs import MAX_WORKERS
+
+    for bad in (0, MAX_WORKERS + 1, 1.5, True):
+        with pytest.raises(InvalidInputError, match="workers"):
+            SweepRun(gpt2, preset("dgx-a100:2"), workers=bad)
+    err = InvalidInputError("--fixed tp", 16, "a divisor of 8")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is InvalidInputError and str(back) == str(err) and back.field == err.field

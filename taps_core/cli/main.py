@@ -40,6 +40,7 @@ from taps_core.studies.sweep import (
     sweep_inter_bandwidth,
     sweep_to_json,
 )
+from taps_core.studies.sweep_jobs import MAX_WORKERS, default_workers
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 1
@@ -167,6 +168,9 @@ def _add_sweep_parser(sub: Any) -> None:
     q.add_argument("--memory-limit", type=float, metavar="GB",
                    help="memory per device in GiB (default: the GPU's memory)")
     q.add_argument("--json", metavar="PATH|-", help="write the sweep JSON ('-' = stdout)")
+    q.add_argument("--workers", type=int, default=default_workers(), metavar="N",
+                   help="processes searching grid points at once (default: the cores, at most "
+                   "4); the result is the same for any N")
 
 
 def _sweep_grid(args: argparse.Namespace, own_Bps: float) -> tuple[float, ...]:
@@ -189,6 +193,8 @@ def _sweep(args: argparse.Namespace) -> Sweep:
     bad = [b for b in baselines if b not in known]
     if bad:
         raise InvalidInputError("--plans", args.plans, f"a comma-separated subset of {known}")
+    if not 1 <= args.workers <= MAX_WORKERS:
+        raise InvalidInputError("--workers", args.workers, f"an integer from 1 to {MAX_WORKERS}")
     topo = load_topology(args.topology)
     if topo.nodes < 2:
         raise InvalidInputError(
@@ -200,7 +206,7 @@ def _sweep(args: argparse.Namespace) -> Sweep:
     graph, _ = _workload(args)
     return sweep_inter_bandwidth(
         graph, topo, grid, mode=args.mode, memory_limit_bytes=limit,
-        labels=("taps", *baselines),
+        labels=("taps", *baselines), workers=args.workers,
     )
 
 

@@ -89,6 +89,7 @@ def compare(
     time_budget_s: float | None = DEFAULT_TIME_BUDGET_S,
     pipeline: bool | None = None,
     known: Mapping[str, Plan | NotFitting] | None = None,
+    share: bool = True,
 ) -> dict[str, Plan | NotFitting]:
     """TAPS against the volume-based search, Megatron-style and data-parallel plans.
 
@@ -103,6 +104,7 @@ def compare(
     The framework baselines run first: the faster of the two is the configuration TAPS's
     search starts from (its ``seed_plan``), not searched twice. ``known`` holds plans already
     found for these same inputs (e.g. the TAPS plan a page has shown), taken as they are.
+    ``share`` False returns each planner's own plan, before :func:`share_candidates`.
     """
 
     links = LinkModel(topology)
@@ -170,7 +172,7 @@ def compare(
         except InfeasibleError as err:
             out[label] = NotFitting(label, str(err))
     out = {label: out[label] for label in runs}  # the report's order
-    return _share_candidates(out)
+    return share_candidates(out) if share else out
 
 
 # baselines that are a framework's whole space for a stack of identical layers (exhaustive)
@@ -217,7 +219,7 @@ def _volume_below(
 HOLDS_EVERY_PLAN = {"taps": "topology", "volume": "volume"}
 
 
-def _share_candidates(out: dict[str, Plan | NotFitting]) -> dict[str, Plan | NotFitting]:
+def share_candidates(out: dict[str, Plan | NotFitting]) -> dict[str, Plan | NotFitting]:
     """Give TAPS and the volume-based search every other fitting plan as a candidate.
 
     Where a search could not prove its optimum (memory-bound fronts or a pipeline's guided

@@ -43,10 +43,10 @@ from taps_core.errors import InvalidInputError, TapsError, check_positive
 from taps_core.ir.graph import OpGraph
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import describe, plan_to_json
-from taps_core.search.baselines import BASELINES, compare
-from taps_core.search.planner import search
+from taps_core.search.baselines import BASELINES, share_candidates
 from taps_core.studies.explain import change_words, op_choice_label, replicated_share
 from taps_core.studies.shape import Shape, plan_shape, shape_change_words
+from taps_core.studies.sweep_jobs import EVERY_PLANNER, TAPS_ONLY, Jobs
 
 MAX_POINTS = 40
 BISECT_RATIO = 1.1  # a change is located once its interval's high/low bandwidth ratio is below
@@ -340,6 +340,11 @@ class SweepRun:
         pages' own search, pipeline stages included. At the cluster's own bandwidth the
         cluster is planned as given (not rescaled by a factor of 1), so that point is exactly
         the Plan page's plan.
+    workers
+        Processes searching at once (:class:`~taps_core.studies.sweep_jobs.Jobs`): with more
+        than one, :meth:`fill` starts the grid's searches, and the next bisections', ahead in
+        a pool. Every result is the same for any count (each point's plans are a pure function
+        of its inputs; only what is drawn first, and when, changes).
     """
 
     def __init__(
@@ -352,6 +357,7 @@ class SweepRun:
         labels: Sequence[str] = BASELINES,
         warm_taps: bool = False,
         pipeline: bool | None = None,
+        workers: int = 1,
     ) -> None:
         unknown = [lb for lb in labels if lb not in BASELINES]
         if unknown:
@@ -366,6 +372,9 @@ class SweepRun:
         self._complete: dict[tuple[tuple[float, ...], bool], Sweep] = {}
         self._reprice_ok: dict[bool, bool] = {}  # re-costing checked faithful, by pipelined
         self._lock = threading.RLock()
+        self._raw_taps: dict[float, Plan | NotFitting] = {}  # TAPS's own plan per bandwidth
+        self._ties: dict[tuple[float, float], bool] = {}
+        self._jobs = Jobs(self._job_args, workers)
         self.searches = 0
 
     # -- planning at one bandwidth --
@@ -381,39 +390,25 @@ class SweepRun:
 
     def _search(self, label: str, bw: float) -> None:
         """Search ``label`` at ``bw`` (baselines through :func:`compare`, which gives all four)."""
-        topo = self._topology_at(bw)
         if label == "taps":
             self.searches += 1
-            try:
-                found: dict[str, Plan | NotFitting] = {
-                    "taps": search(
-                        self.graph,
-                        topo,
-                        mode=self.mode,
-                        memory_limit_bytes=self.memory_limit_bytes,
-                        pipeline=self.pipeline,
-                    )
-                }
-            except TapsError as err:
-                found = {"taps": NotFitting("taps", str(err))}
+            found = self._jobs.get(TAPS_ONLY, bw)
         else:
-            taps = self._found.get(("taps", bw))
-            known = {"taps": taps.plan} if taps is not None and taps.priced.searched else {}
-            self.searches += 4 - len(known)
-            found = dict(
-                compare(
-                    self.graph,
-                    topo,
-                    mode=self.mode,
-                    memory_limit_bytes=self.memory_limit_bytes,
-                    pipeline=self.pipeline,
-                    known=known,
-                )
-            )
+            self.searches += 4 - (bw in self._raw_taps)
+            found = self._jobs.get(EVERY_PLANNER, bw)
+        self._raw_taps[bw] = found["taps"]
+        if label != "taps":
+            found = share_candidates(found)
         for lb, plan in found.items():
             if not self._searched(lb, bw):  # a searched plan is never replaced by a later one
                 self._found[(lb, bw)] = _Found(plan, _priced(lb, bw, plan, True))
         self._best_taps(bw)
+
+    def _job_args(self, bw: float, kind: str) -> tuple[object, ...]:
+        """:func:`~taps_core.studies.sweep_jobs.plan_point`'s arguments at ``bw``."""
+        known = {"taps": self._raw_taps[bw]} if bw in self._raw_taps else None
+        return (self.graph, self._topology_at(bw), self.mode, self.memory_limit_bytes,
+                self.pipeline, kind, known)
 
     def _reprice(self, plan: Plan, bw: float, found_at: float) -> Plan | None:
         """``plan`` (found at ``found_at``) costed at ``bw``; None if the engine cannot re-cost
@@ -521,7 +516,20 @@ class SweepRun:
         if (grid, locate) in self._complete:  # a finished grid: nothing left to plan
             yield self._complete[(grid, locate)]
             return
-        for n, i in enumerate(coarse_to_fine(len(grid))):
+        try:
+            yield from self._fill(grid, locate)
+        finally:
+            with self._lock:
+                self._jobs.close()  # also when the caller stops early (a dashboard rerun)
+
+    def _fill(self, grid: tuple[float, ...], locate: bool) -> Iterator[Sweep]:
+        order = coarse_to_fine(len(grid))
+        kind = EVERY_PLANNER if len(self.labels) > 1 else TAPS_ONLY
+        with self._lock:  # with a pool: every point's searches started ahead, in drawing order
+            for i in order:
+                if not all(self._searched(lb, grid[i]) for lb in self.labels):
+                    self._jobs.start(kind, grid[i])
+        for n, i in enumerate(order):
             bw = grid[i]
             if all((lb, bw) in self._found for lb in self.labels):
                 continue
@@ -541,6 +549,18 @@ class SweepRun:
         self._complete[(grid, locate)] = final
         yield final
 
+    def _ahead(self, pending: list[tuple[float, float]], budget: int) -> None:
+        """Start the searches of the next bisections (as many as workers, within the budget)."""
+        wanted = min(budget, self._jobs.workers)
+        for a, b in pending:
+            if wanted <= 0:
+                return
+            if b / a > BISECT_RATIO and not self._tie(a, b):
+                wanted -= 1
+                m = bandwidth_key(math.sqrt(a * b))
+                if not self._searched("taps", m):
+                    self._jobs.start(TAPS_ONLY, m)
+
     def _taps_plan(self, bw: float) -> Plan | NotFitting:
         """TAPS's searched plan at ``bw`` (what changes are located and explained from)."""
         return self.found("taps", bw, searched=True).plan
@@ -551,6 +571,7 @@ class SweepRun:
     def _locate(self, grid: tuple[float, ...]) -> Iterator[Sweep]:
         """Bisect every interval of the grid where TAPS's plan differs, in log space."""
         budget = MAX_BISECTIONS
+        self._ties.clear()  # plans may have changed since (a later grid's baselines)
         pending = [
             (a, b)
             for a, b in itertools.pairwise(grid)
@@ -560,6 +581,9 @@ class SweepRun:
             if (a, b) not in self._changes:
                 self._record(a, b, located=False)
         while pending:
+            if self._jobs.workers > 1:
+                with self._lock:
+                    self._ahead(pending, budget)
             a, b = pending.pop(0)
             if b / a <= BISECT_RATIO or budget <= 0 or self._tie(a, b):
                 self._record(a, b, located=True)
@@ -579,6 +603,12 @@ class SweepRun:
         ``b`` costs at ``a`` what the plan found there does (the switch is at ``a``), or the
         plan at ``a`` costs at ``b`` what the plan found there does (at ``b``). No search can
         locate such a switch better (memory-bound plans flip between twins often)."""
+        if (a, b) not in self._ties:
+            self._ties[(a, b)] = self._twins(a, b)
+        return self._ties[(a, b)]
+
+    def _twins(self, a: float, b: float) -> bool:
+        """:meth:`_tie`, computed."""
         below, above = self._taps_plan(a), self._taps_plan(b)
         if not (isinstance(below, Plan) and isinstance(above, Plan)):
             return False
@@ -619,6 +649,7 @@ def sweep_inter_bandwidth(
     labels: Sequence[str] = BASELINES,
     locate: bool = True,
     pipeline: bool | None = None,
+    workers: int = 1,
 ) -> Sweep:
     """The whole sweep at once (see :class:`SweepRun`); every point's plans are in
     ``Priced.plan``.
@@ -630,7 +661,7 @@ def sweep_inter_bandwidth(
     """
     run = SweepRun(
         graph, topology, mode=mode, memory_limit_bytes=memory_limit_bytes, labels=labels,
-        pipeline=pipeline,
+        pipeline=pipeline, workers=workers,
     )
     last = None
     for last in run.fill(bandwidths_Bps, locate=locate):  # noqa: B007 - the final snapshot
