@@ -246,3 +246,25 @@ def test_search_budgets_count_this_threads_cpu_not_the_wall():
     before = cpu_seconds()
     time.sleep(0.3)
     assert cpu_seconds() - before < 0.1
+
+
+@pytest.mark.parametrize("shape", [(130, 140, 120), (3, 900, 800)])
+def test_rows_over_the_cores_equal_the_serial_product(shape) -> None:
+    """Large products split their rows over the cores: the same values and the same argmins
+    (the first j reaching each minimum), infinite entries included."""
+    from taps_core.solver import minplus
+
+    n_i, n_j, n_k = shape
+    assert n_i * n_j * n_k >= minplus.PARALLEL_TERMS
+    rng = np.random.default_rng(3)
+    a = rng.integers(0, 5, (n_i, n_j)).astype(float)  # small integers: many ties
+    a[rng.random((n_i, n_j)) < 0.3] = np.inf
+    b = rng.integers(0, 5, (n_j, n_k)).astype(float)
+    mid = rng.integers(0, 3, n_j).astype(float)
+    right = np.ascontiguousarray(mid[:, None] + b)
+    serial = (np.empty((n_i, n_k)), np.empty((n_i, n_k), dtype=np.int32))
+    minplus._dense(np.ascontiguousarray(a), right, *serial)
+    out, arg = min_plus(a, mid, b)
+    assert np.array_equal(out, serial[0]) and np.array_equal(arg, serial[1])
+    terms = a[:, :, None] + right[None, :, :]
+    assert np.array_equal(out, terms.min(axis=1)) and np.array_equal(arg, terms.argmin(axis=1))
