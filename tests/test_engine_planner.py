@@ -608,3 +608,35 @@ def test_deepening_proves_in_the_pass_after_a_plan_is_found(frac, monkeypatch):
     assert memory_of(problem, found) <= limit * (1 + 1e-9)
     first = next((i for i, c in enumerate(passes) if c is not None), len(passes))
     assert len(passes) <= first + 2
+
+
+@pytest.mark.parametrize(
+    "model, layers, topo, mode, frac",
+    [("gpt2", 6, "dgx-a100:1", "infer", 0.05), ("gpt2", 6, "dgx-a100:1", "train", 0.15),
+     ("gpt2", 6, "ethernet:2", "infer", 0.25), ("llama3-8b", 6, "pcie:1", "infer", 0.1),
+     ("llama3-8b", 12, "pcie:1", "infer", 0.25)],
+)
+def test_deepening_jumps_never_answer_worse_than_the_plain_schedule(model, layers, topo, mode,
+                                                                    frac):
+    # a chain of identical layers counts its memory in steps, so a pass can leave a gap and a
+    # wider pass can find a better plan: a jump that proves nothing is dropped (these cases
+    # answered differently when it was kept), so the answer is the plain x4 schedule's, or
+    # proven where that one leaves a stepped gap (the last case)
+    from taps_core.search import flat
+    from taps_core.search.memory_bound import dual_bounds
+
+    graph = _graph(model, num_hidden_layers=layers, batch_size=8, seq_length=128)
+    problem = _problem(graph, preset(topo), mode).restricted(2 if mode == "train" else 0)
+    fast, lean = evaluate_at(problem, 0.0), evaluate_at(problem, LEANEST_WEIGHT)
+    limit = lean[2] + frac * (fast[2] - lean[2])
+    bounds = dual_bounds(problem, limit, fast, lean)
+    plain = flat._deepening(problem, limit, bounds, jumps=False)
+    jumping = flat._deepening(problem, limit, bounds)
+    assert plain[0] is not None and jumping[0] is not None
+    assert jumping[0].cost == pytest.approx(plain[0].cost, rel=1e-12)
+
+    def bound(answer):  # an unproven answer carries its lower bound; a proven one is its own
+        return answer[0].cost if answer[2] is None else answer[2]
+
+    assert bound(jumping) >= bound(plain) * (1 - 1e-12)
+    assert memory_of(problem, jumping[0]) <= limit * (1 + 1e-9)

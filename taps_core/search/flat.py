@@ -199,11 +199,14 @@ def _deepening(
     bounds: Bounds,
     deadline: float = math.inf,
     cutoff_s: float = math.inf,
+    jumps: bool = True,
 ) -> tuple[Assignment | None, float, float | None]:
     """Front searches with a growing gap until one proves its answer: a pass keeping every plan
     within ``g`` of the dual bound is exact once its best time is within ``g`` of it too. The
     gap grows x4 per pass, or straight to the cost of a plan a pass found beyond its gap (no
-    fitting plan is nearer the bound, so the pass to that cost proves the optimum). No
+    fitting plan is nearer the bound, so the pass to that cost proves the optimum; a jump
+    that proves nothing is dropped, so the answer is the plain schedule's: ``jumps`` False
+    keeps to it). No
     gap beyond ``cutoff`` (seconds, a plan already in hand) is needed: a pass up to it that
     finds nothing proves no fitting plan is faster (gap tried returned as -1).
 
@@ -218,15 +221,20 @@ def _deepening(
     g = full * FIRST_GAP_FRACTION
     kept: tuple[Assignment | None, float, float | None] | None = None
     grown = g  # the gap the plain schedule (x4 per pass) has reached
-    jump = True  # off once a jump past the plain schedule outgrew the fronts
+    jump, jumped = jumps, False  # jumps allowed; this pass is a jump off the plain schedule
     while True:
         try:
             found = fs.run(bounds.lower + g, deadline=deadline)
         except TruncatedError:
-            if g > grown:  # a jump outgrew the fronts: back to the plain schedule
-                g, jump = grown, False
-                continue
-            return kept if kept is not None else (None, g, None)
+            if not jumped:
+                return kept if kept is not None else (None, g, None)
+            found = None  # a jump outgrew the fronts: back to the plain schedule
+        if jumped and (found is None or "lower_bound_s" in found.stats):
+            # a jump counts only when it proves its plan; otherwise the plain schedule goes on
+            # as if it had not happened (the chain's rounded memory can find a better plan in
+            # a wider pass, so where the passes stop must not change)
+            g, jump, jumped = grown, False, False
+            continue
         if found is not None and "lower_bound_s" in found.stats:
             # the chain's memory steps leave a gap: its bound holds for plans within g, so a
             # wider pass can only help while the bound is the pass's own edge
@@ -241,13 +249,13 @@ def _deepening(
                 return None, -1.0, None
             return found, g, None
         grown = min(full, grown * 4)
+        g, jumped = grown, False
         if jump and found is not None and "lower_bound_s" not in found.stats:
             # no fitting plan is within g, and one costs found.cost: a pass to exactly there
             # keeps every plan that could beat it, so it proves its answer (one pass, not a
             # ladder of x4 passes that each find the same plan again)
-            g = min(full, (found.cost - bounds.lower) * (1 + 1e-9))
-        else:
-            g = grown
+            reach = min(full, (found.cost - bounds.lower) * (1 + 1e-9))
+            g, jumped = reach, reach != grown
 
 
 def check_workload(graph: OpGraph, topology: Topology, space: SearchSpace = SearchSpace()) -> None:
