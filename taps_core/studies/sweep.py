@@ -373,7 +373,9 @@ class SweepRun:
         self._reprice_ok: dict[bool, bool] = {}  # re-costing checked faithful, by pipelined
         self._lock = threading.RLock()
         self._raw_taps: dict[float, Plan | NotFitting] = {}  # TAPS's own plan per bandwidth
-        self._ties: dict[tuple[float, float], bool] = {}
+        self._ties: dict[tuple[float, float, int, int], tuple[object, object, bool]] = {}
+        # re-costed plans by (id of the plan, kept alive here, and bandwidth)
+        self._repriced: dict[tuple[int, float], tuple[Plan, Plan | None]] = {}
         self._jobs = Jobs(self._job_args, workers)
         self.searches = 0
 
@@ -422,7 +424,10 @@ class SweepRun:
             )
         if not self._reprice_ok[kind]:
             return None
-        return reprice(plan, self.graph, self._topology_at(bw))
+        key = (id(plan), bandwidth_key(bw))  # ties and change records re-cost the same pairs
+        if key not in self._repriced:
+            self._repriced[key] = (plan, reprice(plan, self.graph, self._topology_at(bw)))
+        return self._repriced[key][1]
 
     def at(self, label: str, bw: float, *, searched: bool = False) -> Priced:
         """``label``'s plan at ``bw``: searched, or (unless ``searched``) a neighbour's re-costed
@@ -539,6 +544,8 @@ class SweepRun:
             for lb in reversed(self.labels):  # baselines first: their compare also gives TAPS
                 self.at(lb, bw)
             yield self.snapshot(grid)
+            if self._jobs.workers > 1:
+                self._bisections_ahead(grid)
         for bw in grid:  # previews become searches: the result never depends on warm_taps
             if not self._searched("taps", bw):
                 self.at("taps", bw, searched=True)
@@ -548,6 +555,18 @@ class SweepRun:
         final = self.snapshot(grid, complete=True)
         self._complete[(grid, locate)] = final
         yield final
+
+    def _bisections_ahead(self, grid: tuple[float, ...]) -> None:
+        """While the grid is planned: start the first bisection of each interval whose two ends
+        are searched and will need one (:meth:`_locate` then finds it done or running)."""
+        with self._lock:
+            for a, b in itertools.pairwise(grid):
+                if not (self._searched("taps", a) and self._searched("taps", b)):
+                    continue
+                if b / a > BISECT_RATIO and self._strategies(a) != self._strategies(b) and (
+                    not self._tie(a, b)
+                ):
+                    self._jobs.start(TAPS_ONLY, bandwidth_key(math.sqrt(a * b)))
 
     def _ahead(self, pending: list[tuple[float, float]], budget: int) -> None:
         """Start the searches of the next bisections (as many as workers, within the budget)."""
@@ -571,7 +590,6 @@ class SweepRun:
     def _locate(self, grid: tuple[float, ...]) -> Iterator[Sweep]:
         """Bisect every interval of the grid where TAPS's plan differs, in log space."""
         budget = MAX_BISECTIONS
-        self._ties.clear()  # plans may have changed since (a later grid's baselines)
         pending = [
             (a, b)
             for a, b in itertools.pairwise(grid)
@@ -603,9 +621,11 @@ class SweepRun:
         ``b`` costs at ``a`` what the plan found there does (the switch is at ``a``), or the
         plan at ``a`` costs at ``b`` what the plan found there does (at ``b``). No search can
         locate such a switch better (memory-bound plans flip between twins often)."""
-        if (a, b) not in self._ties:
-            self._ties[(a, b)] = self._twins(a, b)
-        return self._ties[(a, b)]
+        below, above = self._taps_plan(a), self._taps_plan(b)
+        key = (a, b, id(below), id(above))
+        if key not in self._ties:  # the plans kept with the answer: their ids stay theirs
+            self._ties[key] = (below, above, self._twins(a, b))
+        return self._ties[key][2]
 
     def _twins(self, a: float, b: float) -> bool:
         """:meth:`_tie`, computed."""
