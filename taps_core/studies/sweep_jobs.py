@@ -4,9 +4,9 @@ so they can be computed ahead, in worker processes, without changing any result.
 :func:`plan_point` is the unit of work: TAPS alone (:func:`taps_core.search.planner.search`) or
 every planner (:func:`taps_core.search.baselines.compare` before candidate sharing; its TAPS
 plan is the same search). :class:`Jobs` runs them inline (one worker) or in worker processes
-(several; :mod:`taps_core.studies.sweep_worker`), keyed by (kind, bandwidth): a job asked for
-twice runs once, and a TAPS plan is taken from an every-planner job at the same bandwidth when
-one was started.
+(several; :mod:`taps_core.studies.sweep_worker`), keyed by (kind, bandwidth): in the pool a job
+asked for twice runs once, and a TAPS plan is taken from an every-planner job at the same
+bandwidth when one was started (the caller keeps what it was given: inline, nothing is kept).
 """
 
 from __future__ import annotations
