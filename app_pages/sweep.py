@@ -27,6 +27,8 @@ from taps_core.search.baselines import BASELINES
 from taps_core.studies.sweep import Priced, Sweep, sweep_grid, sweep_to_json
 
 WARM_TAPS_AFTER_S = 2.0  # seconds per search above which TAPS is warm-started too
+WORKERS_AFTER_S = 1.0  # seconds per search above which grid points are searched in parallel
+# (starting a worker process costs about a second: below this, one process is faster)
 DIGITS = 4  # significant digits in the tables (ms, GB/s)
 
 
@@ -63,6 +65,7 @@ def main() -> None:
     # a slow search previews TAPS warm-started; the finished sweep is the same either way
     here = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes)
     warm = not isinstance(here, cache.Failure) and here.search.time_s > WARM_TAPS_AFTER_S
+    slow = not isinstance(here, cache.Failure) and here.search.time_s > WORKERS_AFTER_S
     st.caption(
         f"Every network link is rescaled so a host's NICs add up to the swept bandwidth "
         f"(this cluster: {own_Bps / 1e9:.3g} GB/s per host, always a point, planned as the Plan "
@@ -76,9 +79,10 @@ def main() -> None:
             else "TAPS is searched at every point; baselines are searched at the ends and "
             "re-costed in between where their plan does not change."
         )
+        + (" Points are searched in parallel, one per core (the same result)." if slow else "")
     )
     run = cache.sweep_run(
-        ctx.workload, ctx.topo_json, ctx.mode, ctx.memory_limit_bytes, labels, warm
+        ctx.workload, ctx.topo_json, ctx.mode, ctx.memory_limit_bytes, labels, warm, slow
     )
     if isinstance(run, cache.Failure):
         st.error(run.message)

@@ -309,9 +309,11 @@ def sweep_run(
     memory_limit_bytes: float | None,
     labels: tuple[str, ...],
     warm_taps: bool = False,
+    parallel: bool = False,
 ) -> Any:
     """A :class:`taps_core.studies.sweep.SweepRun` shared by every session with these settings: the
-    plans it has found survive reruns, page switches and interrupted sweeps. Or a Failure."""
+    plans it has found survive reruns, page switches and interrupted sweeps. Or a Failure.
+    ``parallel``: search grid points in worker processes (one per core; the same result)."""
     from taps_core.studies.sweep import SweepRun
     from taps_core.studies.sweep_jobs import default_workers
 
@@ -326,7 +328,7 @@ def sweep_run(
             memory_limit_bytes=memory_limit_bytes,
             labels=labels,
             warm_taps=warm_taps,
-            workers=default_workers(),  # grid points searched in parallel: the same result
+            workers=default_workers() if parallel else 1,
         )
     except TapsError as err:
         return Failure(str(err))
