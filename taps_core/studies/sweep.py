@@ -374,7 +374,7 @@ class SweepRun:
         self._lock = threading.RLock()
         self._raw_taps: dict[float, Plan | NotFitting] = {}  # TAPS's own plan per bandwidth
         self._ties: dict[tuple[float, float, int, int], tuple[object, object, bool]] = {}
-        # re-costed plans by (id of the plan, kept alive here, and bandwidth)
+        # re-costed plans by (id of the plan, kept alive here, and bandwidth), for one fill
         self._repriced: dict[tuple[int, float], tuple[Plan, Plan | None]] = {}
         self._jobs = Jobs(self._job_args, workers)
         self.searches = 0
@@ -526,6 +526,7 @@ class SweepRun:
         finally:
             with self._lock:
                 self._jobs.close()  # also when the caller stops early (a dashboard rerun)
+                self._repriced.clear()  # a grid's worth of whole plans: not kept between grids
 
     def _fill(self, grid: tuple[float, ...], locate: bool) -> Iterator[Sweep]:
         order = coarse_to_fine(len(grid))
