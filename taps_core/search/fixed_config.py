@@ -30,6 +30,7 @@ from taps_core.ir.graph import OpGraph, OpSpec
 from taps_core.ir.strategies import DEFERRABLE_KINDS, LevelSplit, Strategy, interned
 from taps_core.plan.evaluate import evaluate
 from taps_core.plan.records import OpChoice, Plan, SearchInfo
+from taps_core.search.flat import micro_graph
 from taps_core.search.pipeline import assemble_stages, balanced_split, layer_range
 
 FIXED_KEYS = ("tp", "pp", "dp", "mbs", "sp", "recompute", "zero")
@@ -267,15 +268,10 @@ def plan_fixed(
 ) -> Plan:
     """The plan of exactly ``config`` (see the module docstring), costed like every plan; its
     search note names the configuration and whether it fits in memory."""
-    from taps_core.models import build_graph
-
     start = time.perf_counter()
     lay = resolve(config, graph, topology, mode)
     limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
-    cfg = graph.meta["config"]
-    micro = graph
-    if lay.microbatches > 1:
-        micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // lay.microbatches))
+    micro = graph if lay.microbatches == 1 else micro_graph(graph, lay.microbatches)
     info = SearchInfo(
         algorithm="fixed", time_s=0.0, num_strategies=0, status="fixed", note=config.text()
     )

@@ -37,7 +37,6 @@ from taps_core.costs.collectives import TopologyCost, VolumeCost
 from taps_core.errors import InfeasibleError, InvalidInputError, TapsError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace
-from taps_core.models import build_graph
 from taps_core.plan.evaluate import evaluate, link_traffic, plan_record
 from taps_core.plan.records import OpChoice, OpPlan, PipelineInfo, Plan, SearchInfo, StageInfo
 from taps_core.search.flat import choices_of, micro_graph, search_fixed
@@ -224,7 +223,7 @@ def search_pipeline(
                 continue  # even a perfectly balanced, silent pipeline is slower
             if cpu_seconds() > deadline:
                 break
-            micro = build_graph(cfg.with_workload(batch_size=batch // m))
+            micro = micro_graph(graph, m)
             best_m: float | None = None
             for split in candidate_splits(layers, p):
                 tried += 1

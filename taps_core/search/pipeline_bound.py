@@ -36,8 +36,8 @@ from taps_core.costs.collectives import TopologyCost
 from taps_core.errors import InvalidInputError
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace
-from taps_core.models import build_graph
 from taps_core.search.configs import compute_floor_s, uniform_layers
+from taps_core.search.flat import micro_graph
 from taps_core.search.layered import solve_problem
 from taps_core.search.memory_bound import memory_of
 from taps_core.search.pipeline import (
@@ -181,8 +181,7 @@ def stage_bound(
     first, last = span
     layers = last - first + 1
     k0 = -(-layers // p)
-    cfg = graph.meta["config"]
-    micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
+    micro = micro_graph(graph, m)
     hosts = topology.nodes // p
     sub_links = links.first_hosts(hosts)
     sub = sub_links.topology

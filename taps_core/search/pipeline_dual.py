@@ -38,7 +38,7 @@ from taps_core.cluster.links import LinkModel
 from taps_core.costs.collectives import TopologyCost
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import SearchSpace
-from taps_core.models import build_graph
+from taps_core.search.flat import micro_graph
 from taps_core.search.pipeline import (
     PIPELINE_ZERO,
     layer_range,
@@ -110,8 +110,7 @@ def dual_bound(
     if span is None or span[1] - span[0] + 1 < max(3, p):
         return DualBound(-math.inf, None)
     layers = span[1] - span[0] + 1
-    cfg = graph.meta["config"]
-    micro = build_graph(cfg.with_workload(batch_size=cfg.batch_size // m))
+    micro = micro_graph(graph, m)
     links = topology_links
     sub = links.first_hosts(links.topology.nodes // p)
     charges = stage_charges(micro, links, sub, p, m, space, layers - p + 1)
