@@ -40,7 +40,7 @@ from taps_core.studies.sweep import (
     sweep_inter_bandwidth,
     sweep_to_json,
 )
-from taps_core.studies.sweep_jobs import MAX_WORKERS, default_workers
+from taps_core.studies.sweep_jobs import check_workers, default_workers
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 1
@@ -193,8 +193,7 @@ def _sweep(args: argparse.Namespace) -> Sweep:
     bad = [b for b in baselines if b not in known]
     if bad:
         raise InvalidInputError("--plans", args.plans, f"a comma-separated subset of {known}")
-    if not 1 <= args.workers <= MAX_WORKERS:
-        raise InvalidInputError("--workers", args.workers, f"an integer from 1 to {MAX_WORKERS}")
+    check_workers("--workers", args.workers)
     topo = load_topology(args.topology)
     if topo.nodes < 2:
         raise InvalidInputError(

@@ -301,6 +301,11 @@ def _priced(label: str, bw: float, plan: Plan | NotFitting, searched: bool) -> P
     )
 
 
+def _midpoint(a: float, b: float) -> float:
+    """Where an interval of bandwidths is bisected: its middle in log space."""
+    return bandwidth_key(math.sqrt(a * b))
+
+
 def bandwidth_key(bw: float) -> float:
     """The canonical form of a bandwidth (bytes/s): 12 significant digits, so a bandwidth
     computed two ways (a grid point, a bisection midpoint) names the same point."""
@@ -561,25 +566,29 @@ class SweepRun:
         """While the grid is planned: start the first bisection of each interval whose two ends
         are searched and will need one (:meth:`_locate` then finds it done or running)."""
         with self._lock:
-            for a, b in itertools.pairwise(grid):
-                if not (self._searched("taps", a) and self._searched("taps", b)):
-                    continue
-                if b / a > BISECT_RATIO and self._strategies(a) != self._strategies(b) and (
-                    not self._tie(a, b)
-                ):
-                    self._jobs.start(TAPS_ONLY, bandwidth_key(math.sqrt(a * b)))
+            ready = [
+                (a, b) for a, b in itertools.pairwise(grid)
+                if self._searched("taps", a) and self._searched("taps", b)
+                and self._strategies(a) != self._strategies(b)
+            ]
+            self._start_bisections(ready, len(ready))
 
-    def _ahead(self, pending: list[tuple[float, float]], budget: int) -> None:
-        """Start the searches of the next bisections (as many as workers, within the budget)."""
-        wanted = min(budget, self._jobs.workers)
-        for a, b in pending:
-            if wanted <= 0:
+    def _start_bisections(self, intervals: Sequence[tuple[float, float]], most: int) -> None:
+        """Start the midpoint searches of the first ``most`` of ``intervals`` (whose plans
+        differ) that :meth:`_locate` will bisect."""
+        for a, b in intervals:
+            if most <= 0:
                 return
-            if b / a > BISECT_RATIO and not self._tie(a, b):
-                wanted -= 1
-                m = bandwidth_key(math.sqrt(a * b))
+            if self._bisects(a, b):
+                most -= 1
+                m = _midpoint(a, b)
                 if not self._searched("taps", m):
                     self._jobs.start(TAPS_ONLY, m)
+
+    def _bisects(self, a: float, b: float) -> bool:
+        """Whether an interval whose plans differ is worth bisecting: wider than BISECT_RATIO
+        and not a tie (:meth:`_tie`)."""
+        return b / a > BISECT_RATIO and not self._tie(a, b)
 
     def _taps_plan(self, bw: float) -> Plan | NotFitting:
         """TAPS's searched plan at ``bw`` (what changes are located and explained from)."""
@@ -600,14 +609,14 @@ class SweepRun:
             if (a, b) not in self._changes:
                 self._record(a, b, located=False)
         while pending:
-            if self._jobs.workers > 1:
+            if self._jobs.workers > 1:  # the next bisections' searches, as many as workers
                 with self._lock:
-                    self._ahead(pending, budget)
+                    self._start_bisections(pending, min(budget, self._jobs.workers))
             a, b = pending.pop(0)
-            if b / a <= BISECT_RATIO or budget <= 0 or self._tie(a, b):
+            if budget <= 0 or not self._bisects(a, b):
                 self._record(a, b, located=True)
                 continue
-            m = bandwidth_key(math.sqrt(a * b))
+            m = _midpoint(a, b)
             budget -= 1
             sa, sm, sb = (self._strategies(x) for x in (a, m, b))
             self._changes.pop((a, b), None)

@@ -54,6 +54,16 @@ def plan_point(
                    pipeline=pipeline, known=known, share=False)
 
 
+def check_workers(field: str, workers: object) -> int:
+    """``workers`` after checking it is an integer from 1 to :data:`MAX_WORKERS` (``field``:
+    the name the caller knows it by, e.g. ``--workers``)."""
+    if isinstance(workers, bool) or not isinstance(workers, int) or not (
+        1 <= workers <= MAX_WORKERS
+    ):
+        raise InvalidInputError(field, workers, f"an integer from 1 to {MAX_WORKERS}")
+    return workers
+
+
 def default_workers() -> int:
     """Worker processes worth starting here: the cores this process may use, at most 4."""
     try:
@@ -70,11 +80,7 @@ class Jobs:
     """
 
     def __init__(self, job: Callable[[float, str], tuple[object, ...]], workers: int = 1) -> None:
-        if isinstance(workers, bool) or not isinstance(workers, int) or not (
-            1 <= workers <= MAX_WORKERS
-        ):
-            raise InvalidInputError("workers", workers, f"an integer from 1 to {MAX_WORKERS}")
-        self._job, self.workers = job, workers
+        self._job, self.workers = job, check_workers("workers", workers)
         self._pool: _ProcessPool | None = None
         self._futures: dict[tuple[str, float], Future[Planned]] = {}
         self.started = 0  # jobs run or submitted
