@@ -83,7 +83,6 @@ class Jobs:
         self._job, self.workers = job, check_workers("workers", workers)
         self._pool: _ProcessPool | None = None
         self._futures: dict[tuple[str, float], Future[Planned]] = {}
-        self.started = 0  # jobs run or submitted
 
     def start(self, kind: str, bw: float) -> None:
         """Start the job in the pool (no-op inline, or when it is started already)."""
@@ -103,7 +102,6 @@ class Jobs:
             self._submit(kind, bw)
         found = self._result(kind, bw)
         if found is None:  # no pool, or it was stopped under the job: run it here
-            self.started += 1
             found = plan_point(*self._job(bw, kind))  # type: ignore[arg-type]
         return found
 
@@ -134,7 +132,6 @@ class Jobs:
     def _submit(self, kind: str, bw: float) -> None:
         if self._pool is None:
             self._pool = _ProcessPool(self.workers)
-        self.started += 1
         self._futures[(kind, bw)] = self._pool.submit(self._job(bw, kind))
 
 
