@@ -111,3 +111,11 @@ def test_an_alias_key_is_named_as_written_in_errors():
         config_from_dict({"model_type": "gpt2", "n_layer": -3})
     with pytest.raises(InvalidInputError, match=r"^num_hidden_layers must be"):
         config_from_dict({"model_type": "gpt2", "num_hidden_layers": -3})
+
+
+def test_a_tied_weight_names_its_owner():
+    # GPT-2's LM head reuses the embedding's weight: the embedding op holds it
+    graph = build_graph(load_model_config("gpt2"))
+    assert graph.tensors["lm_head.weight"].tied
+    assert graph.tied_owner("lm_head.weight", "lm_head") == "embed"
+    assert graph.tied_owner("lm_head.weight", "embed") is None  # nobody else reads it

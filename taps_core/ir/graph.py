@@ -152,6 +152,13 @@ class OpGraph:
                 found.setdefault(t, []).append(op.name)
         return {k: tuple(v) for k, v in found.items()}
 
+    def tied_owner(self, tensor: str, reader: str) -> str | None:
+        """The op holding the weight a tied ``tensor`` reuses (another reader of its
+        ``tied_to``, e.g. the embedding for GPT-2's LM head), as seen by op ``reader``; None
+        when no other op reads it."""
+        tied_to = self.tensors[tensor].tied_to
+        return next((o for o in self.consumers.get(tied_to, ()) if o != reader), None)
+
     @cached_property
     def digraph(self) -> nx.DiGraph:
         """networkx view: op nodes (attr ``op``), edges producer -> consumer (attr ``tensor``)."""

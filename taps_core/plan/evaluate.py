@@ -45,7 +45,7 @@ def _input_key(graph: OpGraph, choice: dict[str, OpChoice], name: str, k: int) -
         if producer is not None:
             deps.append(choice[producer].strategy)
         elif t.tied:
-            owner = next((o for o in graph.consumers.get(t.tied_to, ()) if o != name), None)
+            owner = graph.tied_owner(tname, name)
             deps.append(None if owner is None else choice[owner].strategy)
         else:
             deps.append(None)
@@ -89,7 +89,7 @@ def op_input_phases(
                 back = convert_phases(t.nbytes, grads[0], plain(src), gpus_per_node)
                 out += [(f"grad {tname}", scaled(p, k)) for p in back]  # per micro-batch
         elif t.tied:
-            owner = next((o for o in graph.consumers.get(t.tied_to, ()) if o != name), None)
+            owner = graph.tied_owner(tname, name)
             if owner is None:
                 continue
             oop = graph.op_by_name[owner]

@@ -641,9 +641,7 @@ def _tie_edges(
             t = graph.tensors[tname]
             if not t.tied:
                 continue
-            owner = next(
-                (o for o in graph.consumers.get(t.tied_to, ()) if o != op.name), None
-            )
+            owner = graph.tied_owner(tname, op.name)
             if owner is None:
                 continue
             oop = graph.op_by_name[owner]
