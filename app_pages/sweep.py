@@ -64,8 +64,8 @@ def main() -> None:
     grid = sweep_grid(lo * 1e9, hi * 1e9, points, own_Bps)
     # a slow search previews TAPS warm-started; the finished sweep is the same either way
     here = cache.plan(ctx.workload, ctx.topo_json, ctx.mode, "topology", ctx.memory_limit_bytes)
-    warm = not isinstance(here, cache.Failure) and here.search.time_s > WARM_TAPS_AFTER_S
-    slow = not isinstance(here, cache.Failure) and here.search.time_s > WORKERS_AFTER_S
+    took_s = 0.0 if isinstance(here, cache.Failure) else here.search.time_s
+    warm, slow = took_s > WARM_TAPS_AFTER_S, took_s > WORKERS_AFTER_S
     st.caption(
         f"Every network link is rescaled so a host's NICs add up to the swept bandwidth "
         f"(this cluster: {own_Bps / 1e9:.3g} GB/s per host, always a point, planned as the Plan "
@@ -73,7 +73,7 @@ def main() -> None:
         "and Compare pages, pipeline stages included. "
         + (
             "One search takes "
-            f"{fmt_seconds(here.search.time_s)} here, so TAPS is first drawn re-costed between "
+            f"{fmt_seconds(took_s)} here, so TAPS is first drawn re-costed between "
             "points that agree, then searched at every point before the sweep completes."
             if warm
             else "TAPS is searched at every point; baselines are searched at the ends and "
