@@ -32,6 +32,16 @@ def _problem(graph, topo, mode="train"):
     return build_problem(graph, topo, mode, TopologyCost(LinkModel(topo)))
 
 
+def _dual_between(problem, frac):
+    """A memory limit ``frac`` of the way from the leanest plan's memory to the fastest plan's,
+    and the Lagrangian bounds there (bytes, :class:`Bounds`)."""
+    from taps_core.search.memory_bound import dual_bounds
+
+    fast, lean = evaluate_at(problem, 0.0), evaluate_at(problem, LEANEST_WEIGHT)
+    limit = lean[2] + frac * (fast[2] - lean[2])
+    return limit, dual_bounds(problem, limit, fast, lean)
+
+
 @pytest.mark.parametrize(
     "model, topo, mode",
     [
@@ -317,13 +327,11 @@ def test_wider_space_never_worse_and_narrower_never_better(mlp, dgx1):
 def test_chain_memory_dp_equals_front_squaring(topo, frac):
     # two ways to combine identical layers under a memory limit (per-layer recomputation):
     # the DP over layers and memory steps, and fronts squared (exact); the DP's bound holds
-    from taps_core.search.memory_bound import FrontSearch, dual_bounds
+    from taps_core.search.memory_bound import FrontSearch
 
     graph = _graph("gpt2", num_hidden_layers=4, batch_size=4, seq_length=64)
     problem = _problem(graph, preset(topo)).restricted(2)
-    fast, lean = evaluate_at(problem, 0.0), evaluate_at(problem, LEANEST_WEIGHT)
-    limit = lean[2] + frac * (fast[2] - lean[2])
-    bounds = dual_bounds(problem, limit, fast, lean)
+    limit, bounds = _dual_between(problem, frac)
     fs = FrontSearch.prepare(problem, limit, bounds.lam)
     by_dp = fs.run(bounds.best_time)
     by_squaring = fs.run(bounds.best_time, squaring=True)
@@ -584,13 +592,11 @@ def test_deepening_proves_in_the_pass_after_a_plan_is_found(frac, monkeypatch):
     # once a pass finds a fitting plan, no plan within its gap fits: the next pass goes to that
     # plan's cost at once and proves the optimum (the ILP's) instead of widening by 4 each time
     from taps_core.search import flat
-    from taps_core.search.memory_bound import FrontSearch, dual_bounds
+    from taps_core.search.memory_bound import FrontSearch
 
     graph = _graph("gpt2", num_hidden_layers=3, batch_size=4, seq_length=64)
     problem = _problem(graph, preset("pcie:1"), "infer").restricted(0)
-    fast, lean = evaluate_at(problem, 0.0), evaluate_at(problem, LEANEST_WEIGHT)
-    limit = lean[2] + frac * (fast[2] - lean[2])
-    bounds = dual_bounds(problem, limit, fast, lean)
+    limit, bounds = _dual_between(problem, frac)
     passes: list[float | None] = []
     run = FrontSearch.run
 
@@ -623,13 +629,10 @@ def test_deepening_jumps_never_answer_worse_than_the_plain_schedule(model, layer
     # answered differently when it was kept), so the answer is the plain x4 schedule's, or
     # proven where that one leaves a stepped gap (the last case)
     from taps_core.search import flat
-    from taps_core.search.memory_bound import dual_bounds
 
     graph = _graph(model, num_hidden_layers=layers, batch_size=8, seq_length=128)
     problem = _problem(graph, preset(topo), mode).restricted(2 if mode == "train" else 0)
-    fast, lean = evaluate_at(problem, 0.0), evaluate_at(problem, LEANEST_WEIGHT)
-    limit = lean[2] + frac * (fast[2] - lean[2])
-    bounds = dual_bounds(problem, limit, fast, lean)
+    limit, bounds = _dual_between(problem, frac)
     plain = flat._deepening(problem, limit, bounds, jumps=False)
     jumping = flat._deepening(problem, limit, bounds)
     assert plain[0] is not None and jumping[0] is not None
