@@ -10,6 +10,7 @@ import pytest
 
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.presets import preset
+from taps_core.cluster.topology import scale_inter_bandwidth
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.models import build_graph, load_model_config
 from taps_core.search.configs import (
@@ -20,6 +21,7 @@ from taps_core.search.configs import (
     search_configurations,
 )
 from taps_core.search.fixed_config import plan_fixed, resolve
+from taps_core.search.stage_shapes import shape_memo
 
 
 def _graph(name: str, layers: int, batch: int, **kw):
@@ -53,6 +55,33 @@ def test_every_price_equals_the_whole_model_price(name, layers, batch, topo, kw)
         assert floor <= fast.step_s * (1 + 1e-12), config.text()
         checked += 1
     assert checked >= 10
+
+
+def test_stage_shapes_built_at_one_bandwidth_price_every_other_exactly():
+    """The process's stage shapes do not depend on a bandwidth: configurations priced at 5 GB/s
+    per host first, then at 300 GB/s, equal the whole model priced at 300 GB/s, and the fastest
+    configuration at 300 GB/s is the one a cold search picks (the memo emptied)."""
+    graph = _graph("gpt2", 4, 32)
+    slow, fast = (scale_inter_bandwidth(preset("dgx-a100:4"), bw) for bw in (5e9, 300e9))
+    shape_memo.cache_clear()
+    warm_at_slow = search_configurations(graph, slow)
+    links = LinkModel(fast)
+    pricer = _Pricer(graph, fast, "train", links)
+    checked = 0
+    for config in configurations(graph, fast, "train", "megatron")[::2]:
+        try:
+            priced = pricer.price(config)
+        except InvalidInputError:
+            continue
+        whole = plan_fixed(graph, fast, config, memory_limit_bytes=math.inf, links=links)
+        assert priced.step_s == pytest.approx(whole.total_time_s, rel=1e-9), config.text()
+        checked += 1
+    assert checked >= 10
+    warm = search_configurations(graph, fast)
+    shape_memo.cache_clear()
+    cold = search_configurations(graph, fast)
+    assert warm.best == cold.best and warm.priced == cold.priced
+    assert warm_at_slow.best.step_s > cold.best.step_s  # the slow network priced differently
 
 
 @pytest.mark.parametrize("space", ["megatron", "deepspeed"])

@@ -36,20 +36,15 @@ from taps_core.costs.collectives import TopologyCost
 from taps_core.costs.ops import Memory
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.ir.graph import MEMORY_BOUND_KINDS, OpGraph
-from taps_core.models import build_graph
-from taps_core.plan.evaluate import PricingMemo, evaluate
 from taps_core.plan.records import Plan, SearchInfo
-from taps_core.search.fixed_config import FixedConfig, Layout3D, fixed_choices, plan_fixed, resolve
+from taps_core.search.fixed_config import FixedConfig, Layout3D, plan_fixed, resolve
 from taps_core.search.pipeline import (
     balanced_split,
     in_flight,
     layer_range,
     one_f_one_b_busy,
-    stage_graph,
 )
-from taps_core.search.sends import (
-    tied_shard_bytes,
-)
+from taps_core.search.stage_shapes import shape_memo, sums_seconds
 
 SPACES = ("megatron", "deepspeed")
 FIT_TOLERANCE = 1e-9  # a configuration fits when its memory is within this fraction of the limit
@@ -166,16 +161,6 @@ def _plus(base: _Figures, minus: _Figures, plus: _Figures) -> _Figures:
     )
 
 
-def _sync_s(plan: Plan, comm: TopologyCost) -> float:
-    """Seconds of the plan's once-per-step weight phases (as the pipeline counts them)."""
-    return sum(
-        comm.seconds(p)
-        for op in plan.ops
-        for lbl, p in op.phases
-        if lbl.startswith(("grad_sync", "zero gather"))
-    )
-
-
 def compute_bound_flops(graph: OpGraph) -> float:
     """Forward FLOPs of the ops that run at the GPU's compute rate (memory-bound ops excluded)."""
     return sum(graph.flops(op) for op in graph.ops if op.kind not in MEMORY_BOUND_KINDS)
@@ -200,49 +185,33 @@ def uniform_layers(graph: OpGraph) -> bool:
 
 
 class _Pricer:
-    """Prices configurations of one model on one cluster, keeping the small graphs, link models
-    and stage figures it has built (local to one search)."""
+    """Prices configurations of one model on one cluster: stage shapes from the process's
+    :func:`~taps_core.search.stage_shapes.shape_memo` (bandwidth-independent), priced on this
+    cluster's links and kept for this search with its stage-to-stage sends."""
 
     def __init__(self, graph: OpGraph, topology: Topology, mode: str, links: LinkModel) -> None:
         self.graph, self.topology, self.mode, self.links = graph, topology, mode, links
-        self.cfg = graph.meta["config"]
         self.layers = graph.num_layers
-        self._graphs: dict[tuple[int, int], OpGraph] = {}
-        self._stages: dict[tuple[object, ...], tuple[_Figures, Plan]] = {}
+        self.shapes = shape_memo(graph.meta["config"], mode, topology.gpu,
+                                 topology.gpus_per_node, topology.compute_efficiency)
+        self._stages: dict[tuple[object, ...], _Figures] = {}
         self._sends: dict[tuple[tuple[int, ...], tuple[int, ...]], tuple[float, float]] = {}
-        self._memos: dict[tuple[object, ...], PricingMemo] = {}
 
     def micro(self, samples: int, layers: int) -> OpGraph:
         """The model with ``layers`` layers at a micro-batch of ``samples``."""
-        key = (samples, layers)
-        if key not in self._graphs:
-            cfg = replace(self.cfg, num_hidden_layers=layers)
-            self._graphs[key] = build_graph(cfg.with_workload(batch_size=samples))
-        return self._graphs[key]
+        return self.shapes.micro(samples, layers)
 
-    def stage(self, lay: Layout3D, head: bool, tail: bool, layers: int) -> tuple[_Figures, Plan]:
-        """Figures of a stage of ``layers`` layers (one micro-batch in flight) and the plan of
-        its one-layer version."""
+    def stage(self, lay: Layout3D, head: bool, tail: bool, layers: int) -> _Figures:
+        """Figures of a stage of ``layers`` layers (one micro-batch in flight) on the first
+        hosts of this cluster."""
         key = (lay, head, tail, layers)
         if key not in self._stages:
-            links = self.links.first_hosts(lay.hosts_per_stage)
-            micro = self.micro(lay.micro_batch_size * lay.dp, layers)
-            sg = micro if head and tail else stage_graph(
-                micro, 0, layers - 1, head=head, tail=tail
-            )
-            info = SearchInfo(algorithm="fixed", time_s=0.0, num_strategies=0, status="fixed")
-            memo = self._memos.setdefault(
-                (lay.micro_batch_size * lay.dp, layers, head, tail, lay.hosts_per_stage),
-                PricingMemo(),
-            )
-            plan = evaluate(
-                sg, links, self.mode, fixed_choices(sg, lay), label="stage",
-                cost_model="topology", search=info, memory_limit_bytes=math.inf,
-                microbatches=lay.microbatches, memo=memo, per_link=False,
-            )
-            self._stages[key] = (
-                _Figures(plan.total_time_s, _sync_s(plan, TopologyCost(links)), plan.memory),
-                plan,
+            shape = self.shapes.shape(lay, head, tail, layers, self.links)
+            comm = TopologyCost(self.links.first_hosts(lay.hosts_per_stage))
+            self._stages[key] = _Figures(
+                shape.compute_s + sums_seconds(shape.comm, comm),
+                sums_seconds(shape.sync, comm),
+                shape.memory,
             )
         return self._stages[key]
 
@@ -250,13 +219,13 @@ class _Pricer:
         """A stage of ``n`` layers: its one-layer version plus ``n - 1`` times what a second
         layer adds, measured on the stage without head and tail (the same layer for every
         stage: it reads a layer and is read by the stage's end)."""
-        one = self.stage(lay, head, tail, 1)[0]
+        one = self.stage(lay, head, tail, 1)
         if n == 1:
             return one
         if head and tail:  # no pipeline: the model itself
-            return _extrapolated(one, self.stage(lay, True, True, 2)[0], n)
-        bare = self.stage(lay, False, False, 1)[0]
-        two = self.stage(lay, False, False, 2)[0]
+            return _extrapolated(one, self.stage(lay, True, True, 2), n)
+        bare = self.stage(lay, False, False, 1)
+        two = self.stage(lay, False, False, 2)
         return _extrapolated(one, _plus(one, bare, two), n)
 
     def compute_floor_s(self, lay: Layout3D) -> float:
@@ -313,8 +282,7 @@ class _Pricer:
         for i in range(p - 1):
             sends[i] += self.send_s(span[i], span[i + 1], boundary)
             sends[i + 1] += self.send_s(span[i + 1], span[i], boundary)
-        held = tied_shard_bytes(one, self.stage(lay, False, True, 1)[1],
-                                self.stage(lay, True, False, 1)[1])
+        held = self.shapes.tied_bytes(lay, self.links)
         tied = 0.0
         if held is not None:
             gpus = hosts * self.topology.gpus_per_node

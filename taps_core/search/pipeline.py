@@ -118,13 +118,13 @@ class _StageCache:
         return found
 
 
+SYNC_LABELS = ("grad_sync", "zero gather")  # labels of the once-per-step weight phases
+
+
 def _sync_seconds(plan: Plan, comm: TopologyCost | VolumeCost) -> float:
     """Seconds of the plan's weight phases (gradient sync; once per step at ZeRO <= 1)."""
     return sum(
-        comm.seconds(p)
-        for op in plan.ops
-        for lbl, p in op.phases
-        if lbl.startswith(("grad_sync", "zero gather"))
+        comm.seconds(p) for op in plan.ops for lbl, p in op.phases if lbl.startswith(SYNC_LABELS)
     )
 
 
