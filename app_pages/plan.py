@@ -28,6 +28,7 @@ from dashboard.widgets import (
     need_plan,
     op_table,
     page_url,
+    plan_args,
     show_chart,
     titled,
     why_this_plan,
@@ -53,9 +54,10 @@ def main() -> None:
     plan = need_plan(ctx, prove)
     why_box = _headline(plan)
     your_configuration(ctx, plan)
-    mem_fig = _memory(plan)
-    gantt = _pipeline(plan)
-    expand, dag = _operator_graph(plan, graph)
+    view = (plan_args(ctx, prove), ctx.tag)  # what the views drawn from the plan depend on
+    mem_fig = _memory(plan, view)
+    gantt = _pipeline(plan, view)
+    expand, dag = _operator_graph(plan, graph, view)
     _per_op(plan, graph, expand)
     exports, export_names = _exports(ctx)
     _downloads(ctx, plan, graph, exports, export_names, mem_fig, gantt, dag)
@@ -117,9 +119,10 @@ def _headline(plan: Plan) -> DeltaGenerator:
     return why_box
 
 
-def _memory(plan: Plan) -> go.Figure:
-    """The memory chart and which levers the plan pulls; returns the chart."""
-    mem_fig = memory_figure(plan)
+def _memory(plan: Plan, view: tuple[Any, ...]) -> go.Figure:
+    """The memory chart and which levers the plan pulls; returns the chart (built once per
+    ``view``, see :func:`dashboard.cache.shared_view`)."""
+    mem_fig = cache.shared_view("memory", view, lambda: titled(memory_figure(plan)))
     show_chart(mem_fig, "memory")
     notes = lever_notes(plan)
     st.caption(
@@ -130,7 +133,7 @@ def _memory(plan: Plan) -> go.Figure:
     return mem_fig
 
 
-def _pipeline(plan: Plan) -> go.Figure | None:
+def _pipeline(plan: Plan, view: tuple[Any, ...]) -> go.Figure | None:
     """The pipeline schedule of a pipelined plan; returns its Gantt chart, else None."""
     gantt = None
     if plan.pipeline is not None:
@@ -153,7 +156,7 @@ def _pipeline(plan: Plan) -> go.Figure | None:
             fmt_bytes(pi.p2p_bytes),
             help="Boundary activations forward and their gradients back, per step",
         )
-        gantt = gantt_figure(plan)
+        gantt = cache.shared_view("pipeline", view, lambda: titled(gantt_figure(plan)))
         show_chart(gantt, "pipeline")
         fwd = round(FORWARD_SHARE * 3)
         st.caption(
@@ -172,12 +175,18 @@ def _pipeline(plan: Plan) -> go.Figure | None:
     return gantt
 
 
-def _operator_graph(plan: Plan, graph: OpGraph) -> tuple[bool, go.Figure]:
+def _operator_graph(
+    plan: Plan, graph: OpGraph, view: tuple[Any, ...]
+) -> tuple[bool, go.Figure]:
     """The operator graph with its expand toggle; returns the toggle and the chart."""
     st.subheader("Operator graph")
     expand = st.toggle("Show every layer (expand identical layers)", key="plan_expand")
-    layout = dag_layout(plan, graph, expand=expand)
-    dag = dag_figure(plan, graph, expand=expand, layout=layout)
+
+    def build() -> tuple[Any, go.Figure]:
+        layout = dag_layout(plan, graph, expand=expand)
+        return layout, titled(dag_figure(plan, graph, expand=expand, layout=layout))
+
+    layout, dag = cache.shared_view("graph", (view, expand), build)
     show_chart(dag, "graph")
     columns = int(max((x for x, _ in layout.pos.values()), default=0)) + 1
     wide = (

@@ -9,6 +9,7 @@ setting is not searched again on every rerun.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +149,15 @@ def framework_plan(
     except TapsError:
         return None
     return found
+
+
+@st.cache_resource(max_entries=48, show_spinner=False)
+def shared_view(what: str, key: Any, _build: Callable[[], Any]) -> Any:
+    """A read-only view (a figure, or a figure and its layout) built once per ``what`` and
+    ``key`` and shared by every session: ``key`` names everything ``_build`` reads (e.g.
+    :func:`plan_args` and the title's tag) and nobody mutates the result. A warm rerun of a
+    page then draws its charts without rebuilding them (about 0.15 s of a Plan page's 0.2 s)."""
+    return _build()
 
 
 @st.cache_resource(show_spinner=False)

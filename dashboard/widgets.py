@@ -301,14 +301,20 @@ def need_topology(ctx: Context) -> Any:
     return cache.topology(ctx.topo_json)
 
 
+def plan_args(ctx: Context, prove_stages: bool = False) -> tuple[Any, ...]:
+    """The arguments of :func:`dashboard.cache.plan` for the sidebar settings: what the plan,
+    and every view drawn from it alone, depends on."""
+    return (ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes,
+            prove_stages)
+
+
 def need_plan(ctx: Context, prove_stages: bool = False) -> Plan:
     """The plan for the sidebar settings (spinner on a first search), or an error and stop;
     ``prove_stages`` also bounds every pipeline shape (the same plan, a stronger claim)."""
     need_model(ctx)
     need_topology(ctx)
     what = "Bounding every pipeline shape" if prove_stages else "Searching plans"
-    args = (ctx.workload, ctx.topo_json, ctx.mode, ctx.cost_model, ctx.memory_limit_bytes,
-            prove_stages)
+    args = plan_args(ctx, prove_stages)
     preview = st.empty()
     if ctx.cost_model == "topology" and not cache.plan_ready(*args):
         with preview.container():
