@@ -194,3 +194,41 @@ def test_structure_memo_is_shared_by_derived_problems_of_the_same_structure_only
     part = problem.subproblem(first_layers)
     assert part.structure_memo is not problem.structure_memo
     assert find_chain(part) is None  # two layers: no chain, not the whole model's
+
+
+@pytest.mark.parametrize("mode, k", [("train", 1), ("train", 4), ("infer", 1)])
+def test_op_tables_priced_from_shapes_equal_the_phases_priced_one_by_one(mode, k):
+    """The process-wide op shapes (phases summed per level, group size and pattern) priced on
+    two link speeds and the volume model give each phase's seconds summed one by one, and a
+    ZeRO stage an op does not offer stays out (infinite time)."""
+    from taps_core.cluster.topology import scale_inter_bandwidth
+    from taps_core.costs.collectives import VolumeCost
+    from taps_core.costs.ops import op_cost, weight_phases, zero_stages
+    from taps_core.ir.strategies import Mesh, SearchSpace, op_strategies
+
+    graph = _graph(16)
+    base = preset("dgx-a100:4")
+    stages = (0, 1, 2, 3) if mode == "train" else (0, 3)
+    for topology in (base, scale_inter_bandwidth(base, 3e9)):
+        for comm in (TopologyCost(LinkModel(topology)), VolumeCost()):
+            memo = BuildMemo(topology, comm)
+            for op in graph.ops[:12]:
+                strats = op_strategies(graph, op, Mesh(topology.nodes, topology.gpus_per_node),
+                                       SearchSpace())
+                tab = memo.tables(graph, op, strats, mode, stages, k)
+                for i, s in enumerate(strats):
+                    c = op_cost(graph, op, s, topology, mode)
+                    fwd = sum(comm.seconds(p) for _, p in c.fwd)
+                    assert tab.fwd[i] == pytest.approx(fwd, rel=1e-12, abs=1e-18)
+                    assert tab.bwd[i] == pytest.approx(
+                        sum(comm.seconds(p) for _, p in c.bwd), rel=1e-12, abs=1e-18)
+                    for j, z in enumerate(stages):
+                        if z not in zero_stages(c, mode):
+                            assert tab.weight_time[i, j] == np.inf
+                            continue
+                        now, more = (sum(comm.seconds(p) for w in c.weights
+                                         for _, p in weight_phases(w, mode, z, m))
+                                     for m in (k, k + 1))
+                        assert tab.weight_time[i, j] == pytest.approx(now, rel=1e-12, abs=1e-18)
+                        assert tab.weight_slope[i, j] == pytest.approx(
+                            more - now, rel=1e-9, abs=1e-15)

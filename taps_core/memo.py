@@ -1,0 +1,48 @@
+"""A bounded memo of pure results shared by the searches of one process.
+
+Some results do not depend on a bandwidth (an op's phases, a stage's shape): a sweep, an edited
+link or a second page asks for them again. :class:`LruMemo` keeps the most recently used ones,
+so memory stays bounded, and is safe to share between threads (two threads computing one key
+store equal values). The answers are the same with it cold: it is a memo, not state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+V = TypeVar("V")
+
+
+class LruMemo(Generic[V]):
+    """At most ``max_entries`` results by key; the least recently used is dropped first."""
+
+    def __init__(self, max_entries: int) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.max_entries = max_entries
+        self._items: OrderedDict[Hashable, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get_or(self, key: Hashable, compute: Callable[[], V]) -> V:
+        """The value kept for ``key``, else ``compute()`` kept and returned."""
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = compute()  # outside the lock: other keys are served meanwhile
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.max_entries:
+                self._items.popitem(last=False)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
