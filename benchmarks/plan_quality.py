@@ -19,6 +19,7 @@ from benchmarks.config import BenchConfig, workload
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.presets import preset
 from taps_core.costs.collectives import TopologyCost
+from taps_core.memo import clear_all
 from taps_core.plan.claims import search_status
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import describe, strategy_words
@@ -147,6 +148,7 @@ def run_scenario(
 ) -> tuple[QualityRow, dict[str, Plan | NotFitting]]:
     topo = preset(cluster)
     graph, batch, sample = workload(model, topo.nodes)
+    clear_all()  # timed as a fresh process plans it (no shapes kept from other scenarios)
     start = time.perf_counter()
     plans = compare(graph, topo, mode=mode)
     elapsed = time.perf_counter() - start

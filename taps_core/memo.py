@@ -9,11 +9,19 @@ store equal values). The answers are the same with it cold: it is a memo, not st
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
+_EVERY_MEMO: weakref.WeakSet[LruMemo] = weakref.WeakSet()
+
+
+def clear_all() -> None:
+    """Empty every process memo (a benchmark timing searches as a fresh process runs them)."""
+    for memo in list(_EVERY_MEMO):
+        memo.clear()
 
 
 class LruMemo(Generic[V]):
@@ -25,6 +33,7 @@ class LruMemo(Generic[V]):
         self.max_entries = max_entries
         self._items: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
+        _EVERY_MEMO.add(self)
 
     def get_or(self, key: Hashable, compute: Callable[[], V]) -> V:
         """The value kept for ``key``, else ``compute()`` kept and returned."""

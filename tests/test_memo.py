@@ -27,3 +27,13 @@ def test_keeps_the_most_recently_used_entries():
 def test_refuses_a_memo_that_holds_nothing():
     with pytest.raises(ValueError, match="max_entries"):
         LruMemo(0)
+
+
+def test_clear_all_empties_every_memo_of_the_process():
+    """What a benchmark calls to time a search as a fresh process runs it."""
+    from taps_core.memo import clear_all
+
+    memo: LruMemo[int] = LruMemo(4)
+    memo.get_or("a", lambda: 1)
+    clear_all()
+    assert len(memo) == 0

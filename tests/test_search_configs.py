@@ -12,6 +12,7 @@ from taps_core.cluster.links import LinkModel
 from taps_core.cluster.presets import preset
 from taps_core.cluster.topology import scale_inter_bandwidth
 from taps_core.errors import InfeasibleError, InvalidInputError
+from taps_core.memo import clear_all
 from taps_core.models import build_graph, load_model_config
 from taps_core.search.configs import (
     _Pricer,
@@ -21,7 +22,6 @@ from taps_core.search.configs import (
     search_configurations,
 )
 from taps_core.search.fixed_config import plan_fixed, resolve
-from taps_core.search.stage_shapes import shape_memo
 
 
 def _graph(name: str, layers: int, batch: int, **kw):
@@ -63,7 +63,7 @@ def test_stage_shapes_built_at_one_bandwidth_price_every_other_exactly():
     configuration at 300 GB/s is the one a cold search picks (the memo emptied)."""
     graph = _graph("gpt2", 4, 32)
     slow, fast = (scale_inter_bandwidth(preset("dgx-a100:4"), bw) for bw in (5e9, 300e9))
-    shape_memo.cache_clear()
+    clear_all()
     warm_at_slow = search_configurations(graph, slow)
     links = LinkModel(fast)
     pricer = _Pricer(graph, fast, "train", links)
@@ -78,7 +78,7 @@ def test_stage_shapes_built_at_one_bandwidth_price_every_other_exactly():
         checked += 1
     assert checked >= 10
     warm = search_configurations(graph, fast)
-    shape_memo.cache_clear()
+    clear_all()
     cold = search_configurations(graph, fast)
     assert warm.best == cold.best and warm.priced == cold.priced
     assert warm_at_slow.best.step_s > cold.best.step_s  # the slow network priced differently

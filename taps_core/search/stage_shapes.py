@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import GpuSpec
 from taps_core.costs.collectives import Phase, TopologyCost
 from taps_core.costs.ops import Memory
 from taps_core.ir.graph import OpGraph
+from taps_core.memo import LruMemo
 from taps_core.models import build_graph
 from taps_core.plan.evaluate import PricingMemo, evaluate
 from taps_core.plan.records import Plan, SearchInfo
@@ -134,10 +134,13 @@ class ShapeMemo:
         return self._shapes[key]
 
 
-@lru_cache(maxsize=8)
+_MEMOS: LruMemo[ShapeMemo] = LruMemo(8)
+
+
 def shape_memo(
     cfg: object, mode: str, gpu: GpuSpec, gpus_per_node: int, compute_efficiency: float
 ) -> ShapeMemo:
-    """The process's :class:`ShapeMemo` of one model config, mode and host type (the last 8)."""
-    del gpu, gpus_per_node, compute_efficiency  # part of the key: what op costs depend on
-    return ShapeMemo(cfg, mode)
+    """The process's :class:`ShapeMemo` of one model config, mode and host type (the last 8
+    used; the GPU, GPUs per host and compute efficiency are what op costs depend on)."""
+    key = (cfg, mode, gpu, gpus_per_node, compute_efficiency)
+    return _MEMOS.get_or(key, lambda: ShapeMemo(cfg, mode))
