@@ -35,15 +35,13 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,layers,batch,topo,kw", CASES)
-def test_every_price_equals_the_whole_model_price(name, layers, batch, topo, kw):
-    """The one- and two-layer composition is exact: step and memory of every configuration
-    of the space equal :func:`plan_fixed` on the whole model (to float rounding)."""
-    graph, topology = _graph(name, layers, batch, **kw), preset(topo)
+def _priced_as_whole(graph, topology, every: int) -> int:
+    """Price every ``every``-th Megatron configuration with the pricer and on the whole model
+    (:func:`plan_fixed`): equal step and memory, the compute floor below; how many checked."""
     links = LinkModel(topology)
     pricer = _Pricer(graph, topology, "train", links)
     checked = 0
-    for config in configurations(graph, topology, "train", "megatron")[::3]:
+    for config in configurations(graph, topology, "train", "megatron")[::every]:
         try:
             fast = pricer.price(config)
         except InvalidInputError:
@@ -54,7 +52,14 @@ def test_every_price_equals_the_whole_model_price(name, layers, batch, topo, kw)
         floor = pricer.compute_floor_s(resolve(config, graph, topology, "train"))
         assert floor <= fast.step_s * (1 + 1e-12), config.text()
         checked += 1
-    assert checked >= 10
+    return checked
+
+
+@pytest.mark.parametrize("name,layers,batch,topo,kw", CASES)
+def test_every_price_equals_the_whole_model_price(name, layers, batch, topo, kw):
+    """The one- and two-layer composition is exact: step and memory of every configuration
+    of the space equal :func:`plan_fixed` on the whole model (to float rounding)."""
+    assert _priced_as_whole(_graph(name, layers, batch, **kw), preset(topo), 3) >= 10
 
 
 def test_stage_shapes_built_at_one_bandwidth_price_every_other_exactly():
@@ -65,18 +70,7 @@ def test_stage_shapes_built_at_one_bandwidth_price_every_other_exactly():
     slow, fast = (scale_inter_bandwidth(preset("dgx-a100:4"), bw) for bw in (5e9, 300e9))
     clear_all()
     warm_at_slow = search_configurations(graph, slow)
-    links = LinkModel(fast)
-    pricer = _Pricer(graph, fast, "train", links)
-    checked = 0
-    for config in configurations(graph, fast, "train", "megatron")[::2]:
-        try:
-            priced = pricer.price(config)
-        except InvalidInputError:
-            continue
-        whole = plan_fixed(graph, fast, config, memory_limit_bytes=math.inf, links=links)
-        assert priced.step_s == pytest.approx(whole.total_time_s, rel=1e-9), config.text()
-        checked += 1
-    assert checked >= 10
+    assert _priced_as_whole(graph, fast, 2) >= 10
     warm = search_configurations(graph, fast)
     clear_all()
     cold = search_configurations(graph, fast)
