@@ -37,3 +37,41 @@ def test_clear_all_empties_every_memo_of_the_process():
     memo.get_or("a", lambda: 1)
     clear_all()
     assert len(memo) == 0
+
+
+def test_a_graph_built_twice_has_one_content_and_prices_alike_warm_or_cold():
+    """Equal graphs (a sweep's jobs each unpickle theirs) share the process's pricing memo; a
+    plan priced at another link speed with the memo warm equals the same plan priced cold."""
+    import pickle
+
+    from taps_core.cluster.links import LinkModel
+    from taps_core.cluster.presets import preset
+    from taps_core.cluster.topology import scale_inter_bandwidth
+    from taps_core.memo import clear_all
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.plan.evaluate import evaluate, pricing_memo
+    from taps_core.search.planner import search
+
+    cfg = load_model_config("gpt2").with_workload(batch_size=16, seq_length=128)
+    graph = build_graph(cfg)
+    again = pickle.loads(pickle.dumps(graph))
+    assert graph.content == again.content and hash(graph.content) == hash(again.content)
+    other = build_graph(cfg.with_workload(batch_size=32, seq_length=128))
+    assert graph.content != other.content
+    topology = preset("dgx-a100:2")
+    assert pricing_memo(graph, topology, "train") is pricing_memo(again, topology, "train")
+    assert pricing_memo(graph, topology, "train") is not pricing_memo(graph, topology, "infer")
+
+    plan = search(graph, topology)
+    slow = LinkModel(scale_inter_bandwidth(topology, 2e9))
+
+    def priced():
+        return evaluate(again, slow, "train", plan.choices, label="x", cost_model="topology",
+                        search=plan.search, memory_limit_bytes=plan.memory_limit_bytes,
+                        microbatches=plan.microbatches)
+
+    warm = priced()
+    clear_all()
+    cold = priced()
+    assert warm.total_time_s == cold.total_time_s and warm.memory == cold.memory
+    assert warm.total_time_s > plan.total_time_s  # the slower network is priced as such

@@ -118,6 +118,26 @@ class OpSpec:
         return frozenset(self.letters) - frozenset(self.output_letters)
 
 
+class GraphContent:
+    """What a graph's costs depend on (its ops, tensors and batch letter, not its name), as a
+    key: hashed once, compared by value, so equal graphs built twice (a sweep's jobs each
+    unpickle theirs) share what was computed for either."""
+
+    __slots__ = ("_hash", "key")
+
+    def __init__(self, key: tuple) -> None:
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GraphContent) and (
+            self is other or (self._hash == other._hash and self.key == other.key)
+        )
+
+
 @dataclass(frozen=True)
 class OpGraph:
     """A model as operators over tensors, in topological order; ``batch_letter`` names DP's dim."""
@@ -133,6 +153,11 @@ class OpGraph:
 
     def __hash__(self) -> int:
         return hash((self.name, self.ops))
+
+    @cached_property
+    def content(self) -> GraphContent:
+        """This graph's :class:`GraphContent` (computed once)."""
+        return GraphContent((self.ops, tuple(sorted(self.tensors.items())), self.batch_letter))
 
     @cached_property
     def op_by_name(self) -> dict[str, OpSpec]:

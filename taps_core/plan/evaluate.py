@@ -21,17 +21,31 @@ from taps_core.costs.ops import Memory, OpCost, op_cost, op_option, scaled
 from taps_core.costs.reshard import convert_phases, plain
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import Strategy, reader_layouts
+from taps_core.memo import LruMemo
 from taps_core.plan.records import LinkTraffic, OpChoice, OpPlan, PipelineInfo, Plan, SearchInfo
 
 
 @dataclass
 class PricingMemo:
-    """What evaluations of many choices on one graph and topology share (a caller pricing
-    many configurations): each op's cost per strategy, and its input conversions per (its
-    choice, the strategies it reads from, micro-batches)."""
+    """What evaluations of many choices on one graph, mode and host type share: each op's
+    cost per strategy, and its input conversions per (its choice, the strategies it reads
+    from, micro-batches). None of it depends on a bandwidth."""
 
     op_costs: dict[tuple[str, Strategy], OpCost] = field(default_factory=dict)
     input_phases: dict[tuple, list[tuple[str, Phase]]] = field(default_factory=dict)
+
+
+PRICING_MEMOS = 16  # graphs (x mode and host type) whose op costs the process keeps
+_PRICINGS: LruMemo[PricingMemo] = LruMemo(PRICING_MEMOS)
+
+
+def pricing_memo(graph: OpGraph, topology: Topology, mode: str) -> PricingMemo:
+    """The process's :class:`PricingMemo` of ``graph``'s content in ``mode`` on ``topology``'s
+    host type: op costs and input conversions do not depend on a bandwidth, so a plan priced
+    again at another link speed (a sweep, an edited link, a pipeline's stages) reuses them."""
+    key = (graph.content, mode, topology.gpu, topology.gpus_per_node,
+           topology.compute_efficiency)
+    return _PRICINGS.get_or(key, PricingMemo)
 
 
 def _input_key(graph: OpGraph, choice: dict[str, OpChoice], name: str, k: int) -> tuple:
@@ -123,10 +137,11 @@ def evaluate(
 
     ``choice`` maps every op to a :class:`OpChoice` (a bare Strategy means ZeRO 0, no
     recomputation). ``memo`` keeps op costs and input conversions for later calls on the
-    same graph and topology (a caller pricing many choices of one graph); without
+    same graph and host type (default: the process's, :func:`pricing_memo`); without
     ``per_link`` the plan lists no link loads (a caller that needs only its time and memory).
     """
     topology = links.topology
+    memo = pricing_memo(graph, topology, mode) if memo is None else memo
     comm = TopologyCost(links)
     volume = VolumeCost()
     num_gpus = topology.num_gpus
@@ -142,25 +157,18 @@ def evaluate(
     for op in graph.ops:
         c = full[op.name]
         key = (op.name, c.strategy)
-        cost = None if memo is None else memo.op_costs.get(key)
+        cost = memo.op_costs.get(key)
         if cost is None:
-            cost = op_cost(graph, op, c.strategy, topology, mode)
-            if memo is not None:
-                memo.op_costs[key] = cost
+            cost = memo.op_costs[key] = op_cost(graph, op, c.strategy, topology, mode)
         opt = op_option(
             cost, mode, zero=c.zero, recompute=c.recompute, microbatches=microbatches,
             activation_copies=activation_copies,
         )
         phases = list(opt.phases)
-        if memo is None:
-            phases += op_input_phases(graph, full, op.name, mode, g, microbatches)
-        else:
-            ikey = _input_key(graph, full, op.name, microbatches)
-            if ikey not in memo.input_phases:
-                memo.input_phases[ikey] = op_input_phases(
-                    graph, full, op.name, mode, g, microbatches
-                )
-            phases += memo.input_phases[ikey]
+        ikey = _input_key(graph, full, op.name, microbatches)
+        if ikey not in memo.input_phases:
+            memo.input_phases[ikey] = op_input_phases(graph, full, op.name, mode, g, microbatches)
+        phases += memo.input_phases[ikey]
         seconds = 0.0
         sent = 0.0
         for _, p in phases:
