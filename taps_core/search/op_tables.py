@@ -156,14 +156,15 @@ def _op_shape(
                 wkey = (w.held_bytes, w.elements, w.group, w.copies, w.tied, z)
                 if wkey not in row_of:
                     row_of[wkey] = len(rows)
-                    rows.append((
-                        tuple(p for _, p in weight_phases(w, mode, z, microbatches)),
-                        tuple(p for _, p in weight_phases(w, mode, z, microbatches + 1)),
-                        weight_memory(w, mode, z).total,
-                    ))
+                    now = tuple(p for _, p in weight_phases(w, mode, z, microbatches))
+                    # only ZeRO 2 and 3 in training move weights per micro-batch
+                    more = now if mode != "train" or z < 2 else tuple(
+                        p for _, p in weight_phases(w, mode, z, microbatches + 1)
+                    )
+                    rows.append((now, more, weight_memory(w, mode, z).total))
                 pick.append(row_of[wkey])
             offered[i, j] = True
-            wm[i, j] = share * gathered_bytes(c, mode, z)
+            wm[i, j] = share * gathered_bytes(c, mode, z) if z == 3 else 0.0
     fwd = [tuple(p for _, p in c.fwd) for c in costs]
     bwd = [tuple(p for _, p in c.bwd) for c in costs]
     keys: dict[tuple[str, int, str], int] = {}
