@@ -25,13 +25,21 @@ def clear_all() -> None:
 
 
 class LruMemo(Generic[V]):
-    """At most ``max_entries`` results by key; the least recently used is dropped first."""
+    """At most ``max_entries`` results by key and, given ``size`` (bytes of a value), at most
+    ``max_bytes`` of them; the least recently used are dropped first."""
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(
+        self,
+        max_entries: int,
+        *,
+        max_bytes: float = float("inf"),
+        size: Callable[[V], int] | None = None,
+    ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be >= 1, got {max_entries}")
-        self.max_entries = max_entries
+        self.max_entries, self.max_bytes, self._size = max_entries, max_bytes, size
         self._items: OrderedDict[Hashable, V] = OrderedDict()
+        self._bytes: dict[Hashable, int] = {}
         self._lock = threading.Lock()
         _EVERY_MEMO.add(self)
 
@@ -42,12 +50,22 @@ class LruMemo(Generic[V]):
                 self._items.move_to_end(key)
                 return self._items[key]
         value = compute()  # outside the lock: other keys are served meanwhile
+        nbytes = self._size(value) if self._size is not None else 0
         with self._lock:
             self._items[key] = value
+            self._bytes[key] = nbytes
             self._items.move_to_end(key)
-            while len(self._items) > self.max_entries:
-                self._items.popitem(last=False)
+            while len(self._items) > 1 and (
+                len(self._items) > self.max_entries or self.nbytes > self.max_bytes
+            ):
+                old, _ = self._items.popitem(last=False)
+                del self._bytes[old]
         return value
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the values kept (0 without a ``size``)."""
+        return sum(self._bytes.values())
 
     def __len__(self) -> int:
         return len(self._items)
@@ -55,3 +73,4 @@ class LruMemo(Generic[V]):
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._bytes.clear()

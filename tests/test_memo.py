@@ -75,3 +75,14 @@ def test_a_graph_built_twice_has_one_content_and_prices_alike_warm_or_cold():
     cold = priced()
     assert warm.total_time_s == cold.total_time_s and warm.memory == cold.memory
     assert warm.total_time_s > plan.total_time_s  # the slower network is priced as such
+
+
+def test_a_byte_bound_drops_the_least_recently_used_values():
+    memo: LruMemo[bytes] = LruMemo(100, max_bytes=10, size=len)
+    memo.get_or("a", lambda: b"x" * 6)
+    memo.get_or("b", lambda: b"y" * 3)
+    memo.get_or("a", lambda: b"")  # "a" used last
+    memo.get_or("c", lambda: b"z" * 3)  # 12 bytes: "b" goes
+    assert len(memo) == 2 and memo.nbytes == 9
+    memo.get_or("d", lambda: b"w" * 50)  # larger than the bound alone: kept, the rest go
+    assert len(memo) == 1 and memo.nbytes == 50

@@ -35,7 +35,8 @@ class PricingMemo:
     input_phases: dict[tuple, list[tuple[str, Phase]]] = field(default_factory=dict)
 
 
-PRICING_MEMOS = 16  # graphs (x mode and host type) whose op costs the process keeps
+PRICING_MEMOS = 8  # graphs (x mode and host type) whose op costs the process keeps
+PRICED_ENTRIES = 200_000  # entries of one memo (op costs + conversions) before it starts over
 _PRICINGS: LruMemo[PricingMemo] = LruMemo(PRICING_MEMOS)
 
 
@@ -45,7 +46,11 @@ def pricing_memo(graph: OpGraph, topology: Topology, mode: str) -> PricingMemo:
     again at another link speed (a sweep, an edited link, a pipeline's stages) reuses them."""
     key = (graph.content, mode, topology.gpu, topology.gpus_per_node,
            topology.compute_efficiency)
-    return _PRICINGS.get_or(key, PricingMemo)
+    memo = _PRICINGS.get_or(key, PricingMemo)
+    if len(memo.op_costs) + len(memo.input_phases) > PRICED_ENTRIES:  # bounds its memory
+        memo.op_costs.clear()
+        memo.input_phases.clear()
+    return memo
 
 
 def _input_key(graph: OpGraph, choice: dict[str, OpChoice], name: str, k: int) -> tuple:
@@ -166,9 +171,12 @@ def evaluate(
         )
         phases = list(opt.phases)
         ikey = _input_key(graph, full, op.name, microbatches)
-        if ikey not in memo.input_phases:
-            memo.input_phases[ikey] = op_input_phases(graph, full, op.name, mode, g, microbatches)
-        phases += memo.input_phases[ikey]
+        converts = memo.input_phases.get(ikey)  # one read: another thread may empty the memo
+        if converts is None:
+            converts = memo.input_phases[ikey] = op_input_phases(
+                graph, full, op.name, mode, g, microbatches
+            )
+        phases += converts
         seconds = 0.0
         sent = 0.0
         for _, p in phases:

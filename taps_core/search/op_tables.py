@@ -23,8 +23,17 @@ from taps_core.ir.graph import OpGraph, OpSpec
 from taps_core.ir.strategies import Strategy
 from taps_core.memo import LruMemo
 
-SHAPE_MEMO_ENTRIES = 4096  # op shapes kept per process (a large model's search uses ~100)
-_SHAPES: LruMemo[_OpShape] = LruMemo(SHAPE_MEMO_ENTRIES)
+# op shapes kept per process: gpt3-175b's search on 128 hosts builds 35 (28 MB, 3 MB at most)
+SHAPE_MEMO_ENTRIES, SHAPE_MEMO_BYTES = 4096, 256 * 2**20
+
+
+def _shape_bytes(shape: _OpShape) -> int:
+    return sum(v.nbytes for v in vars(shape).values() if isinstance(v, np.ndarray))
+
+
+_SHAPES: LruMemo[_OpShape] = LruMemo(
+    SHAPE_MEMO_ENTRIES, max_bytes=SHAPE_MEMO_BYTES, size=_shape_bytes
+)
 
 
 def op_signature(graph: OpGraph, op: OpSpec) -> tuple:
