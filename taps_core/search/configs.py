@@ -18,7 +18,9 @@ and a model's layers are identical, so a stage of ``n`` layers costs ``T(1) + (n
 - T(1))`` for the stage built with one and with two layers (its time, its gradient sync and
 each part of its memory; the transient buffers are a maximum over identical layers, the same
 for any ``n``). Activations scale with the micro-batches a stage holds at once (1F1B), sends
-with their bytes; the 1F1B step is :func:`taps_core.search.pipeline.one_f_one_b_busy`. The test
+with their bytes; the 1F1B step is :func:`taps_core.search.pipeline.one_f_one_b_busy`. The
+stages' evaluations are kept for the process as bandwidth-independent shapes
+(:mod:`taps_core.search.stage_shapes`) and priced on each cluster's links. The test
 suite checks the result against :func:`taps_core.search.fixed_config.plan_fixed` on the whole model.
 Models whose layers differ are priced whole, one configuration at a time.
 """
