@@ -50,6 +50,19 @@ class LruMemo(Generic[V]):
                 self._items.move_to_end(key)
                 return self._items[key]
         value = compute()  # outside the lock: other keys are served meanwhile
+        self.put(key, value)
+        return value
+
+    def get(self, key: Hashable) -> V | None:
+        """The value kept for ``key``, or None."""
+        with self._lock:
+            if key not in self._items:
+                return None
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def put(self, key: Hashable, value: V) -> None:
+        """Keep ``value`` for ``key`` (the least recently used go past the bounds)."""
         nbytes = self._size(value) if self._size is not None else 0
         with self._lock:
             self._items[key] = value
@@ -60,7 +73,6 @@ class LruMemo(Generic[V]):
             ):
                 old, _ = self._items.popitem(last=False)
                 del self._bytes[old]
-        return value
 
     @property
     def nbytes(self) -> int:

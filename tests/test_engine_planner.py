@@ -476,6 +476,44 @@ def test_volume_plan_cut_at_the_taps_plan_is_its_proven_optimum(gpt2_small):
             assert volume.search.status == "optimal", (topo, volume.search.note)
 
 
+def test_a_volume_search_proven_slower_is_not_run_again_at_another_bandwidth(
+    gpt2_small, monkeypatch
+):
+    """The volume search sees no link: once it proved nothing without stages beats a cutoff,
+    the same inputs and cutoff at another bandwidth give the same answer without a search
+    (a sweep asks this at every point), equal to the answer searched cold."""
+    from taps_core.cluster.topology import scale_inter_bandwidth
+    from taps_core.memo import clear_all
+    from taps_core.search import baselines
+
+    topo = preset("dgx-a100:2")
+    links = LinkModel(topo)
+    volume = baselines.search_flat(
+        gpt2_small, topo, mode="train", cost_model="volume", memory_limit_bytes=None,
+        space=baselines.SearchSpace(), allow=None, label="volume", links=links,
+        time_budget_s=None,
+    )  # its own optimum as the cutoff: nothing is strictly below it
+
+    def below(topology):
+        return baselines._volume_below(gpt2_small, topology, volume, "train", None,
+                                       baselines.SearchSpace(), LinkModel(topology), None)
+
+    clear_all()
+    first = below(topo)
+    assert "no plan without stages has a lower volume objective" in first.search.note
+    calls = []
+    real = baselines.search_flat
+    monkeypatch.setattr(baselines, "search_flat", lambda *a, **k: calls.append(1) or real(*a, **k))
+    slow = scale_inter_bandwidth(topo, 5e9)
+    again = below(slow)
+    assert calls == []  # answered from the proof
+    clear_all()
+    cold = below(slow)
+    assert calls == [1]
+    assert again.choices == cold.choices and again.search.status == cold.search.status
+    assert again.search.note == cold.search.note
+
+
 def test_a_seed_found_before_is_used_and_gives_the_same_plan(gpt2_small, monkeypatch):
     """The dashboard shows the framework seed while TAPS searches and hands it on: the search
     does not look for it again and returns exactly the plan it finds on its own."""

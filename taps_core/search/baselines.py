@@ -17,6 +17,7 @@ from taps_core.cluster.topology import Topology
 from taps_core.errors import InfeasibleError
 from taps_core.ir.graph import OpGraph, OpSpec
 from taps_core.ir.strategies import SearchSpace, Strategy
+from taps_core.memo import LruMemo
 from taps_core.plan.records import NotFitting, Plan, SearchInfo
 from taps_core.search.configs import found_plan, search_configurations, supports
 from taps_core.search.fixed_config import tp_letter
@@ -179,6 +180,12 @@ def compare(
 FRAMEWORK_OF = {"megatron": "megatron", "data_parallel": "deepspeed"}
 
 
+# (the volume search's inputs, cutoff) proven to have no plan without stages below the cutoff:
+# a sweep asks again at each bandwidth with the same TAPS plan (llama3-70b@16: 13 points, two
+# distinct cutoffs), and the answer is the same at any link speed
+_PROVEN_SLOWER: LruMemo[bool] = LruMemo(1024)
+
+
 def _volume_below(
     graph: OpGraph,
     topology: Topology,
@@ -194,13 +201,20 @@ def _volume_below(
     the volume planner's pick is the TAPS plan itself, said in the note."""
 
     start = time.perf_counter()
+    cutoff = objective(taps, "volume")
+    # the volume search sees no link: its answer at this cutoff holds at every bandwidth
+    key = (graph.content, mode, topology.gpu, topology.nodes, topology.gpus_per_node,
+           topology.compute_efficiency, memory_limit_bytes, space, time_budget_s, cutoff)
     try:
+        if _PROVEN_SLOWER.get(key):
+            raise SlowerThanCutoffError(cutoff)
         return search_flat(
             graph, topology, mode=mode, cost_model="volume", memory_limit_bytes=memory_limit_bytes,
             space=space, allow=None, label="volume", links=links, time_budget_s=time_budget_s,
-            cutoff_s=objective(taps, "volume"),
+            cutoff_s=cutoff,
         )
     except SlowerThanCutoffError:
+        _PROVEN_SLOWER.put(key, True)
         # the volume-based search's space has no stages: a TAPS plan without them is its
         # proven optimum; a pipelined one lies outside that space and beats all of it
         flat = taps.pipeline is None
