@@ -86,3 +86,33 @@ def test_a_byte_bound_drops_the_least_recently_used_values():
     assert len(memo) == 2 and memo.nbytes == 9
     memo.get_or("d", lambda: b"w" * 50)  # larger than the bound alone: kept, the rest go
     assert len(memo) == 1 and memo.nbytes == 50
+
+
+def test_graph_content_unpickled_in_another_process_equals_its_own(tmp_path):
+    """String hashes differ between processes: a graph pickled with its content computed (a
+    sweep job's) is hashed again where it is read, so it finds what that process computed."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from taps_core.models import build_graph, load_model_config
+
+    cfg = load_model_config("gpt2").with_workload(batch_size=8, seq_length=64)
+    graph = build_graph(cfg)
+    _ = graph.content  # computed here, pickled with the graph
+    path = tmp_path / "graph.pkl"
+    path.write_bytes(pickle.dumps(graph))
+    check = (
+        "import pickle, sys\n"
+        "from taps_core.models import build_graph, load_model_config\n"
+        "g = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+        "cfg = load_model_config('gpt2').with_workload(batch_size=8, seq_length=64)\n"
+        "own = build_graph(cfg)\n"
+        "assert g.content == own.content and hash(g.content) == hash(own.content)\n"
+        "assert {g.content: 1}.get(own.content) == 1\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    done = subprocess.run([sys.executable, "-c", check, str(path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

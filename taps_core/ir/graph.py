@@ -132,6 +132,10 @@ class GraphContent:
     def __hash__(self) -> int:
         return self._hash
 
+    def __reduce__(self) -> tuple:
+        # hashed again where it is unpickled: string hashes differ between processes
+        return (GraphContent, (self.key,))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, GraphContent) and (
             self is other or (self._hash == other._hash and self.key == other.key)
