@@ -32,6 +32,12 @@ class Phase:
     def pattern(self) -> str:
         return "pairs" if self.collective == "all_to_all" else "ring"
 
+    @property
+    def route(self) -> tuple[str, int, str]:
+        """(level, group size, pattern): what a link model prices the phase by (its bytes
+        and steps aside)."""
+        return self.level, self.q, self.pattern
+
 
 def all_reduce(
     q_inter: int, q_intra: int, size_bytes: float, copies: int = 1
@@ -130,7 +136,7 @@ class TopologyCost:
         return p.alpha_s, p.beta_s_per_B
 
     def seconds(self, phase: Phase) -> float:
-        alpha, beta = self.coefficients(phase.level, phase.q, phase.pattern)
+        alpha, beta = self.coefficients(*phase.route)
         return phase.steps * alpha + phase.per_rank_bytes * beta
 
 

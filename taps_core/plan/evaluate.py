@@ -185,7 +185,7 @@ def evaluate(
             sent += p.per_rank_bytes * num_gpus
             level_bytes[p.level] += p.per_rank_bytes * num_gpus
             if per_link:
-                link_bytes += p.per_rank_bytes * links.pattern(p.level, p.q, p.pattern).loads
+                link_bytes += p.per_rank_bytes * links.pattern(*p.route).loads
         memory += opt.memory
         unit = op.layer if op.layer is not None else op.name
         gathered[unit] = gathered.get(unit, 0.0) + opt.gathered_bytes

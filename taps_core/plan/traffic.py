@@ -94,7 +94,7 @@ def link_traffic_by_op_kind(
             rows.append(np.zeros(len(links.links)))
         row = rows[kinds[op.kind]]
         for _, p in op.phases:
-            row += p.per_rank_bytes * links.pattern(p.level, p.q, p.pattern).loads
+            row += p.per_rank_bytes * links.pattern(*p.route).loads
     load = np.array(rows) if rows else np.zeros((0, len(links.links)))
     used = np.flatnonzero(load.sum(axis=0) > 0)
     names = tuple(
@@ -174,7 +174,7 @@ def gpu_traffic_matrix(
     unit: dict[tuple[str, int, str], np.ndarray] = {}
     for op in plan.ops:
         for _, p in op.phases:
-            key = (p.level, p.q, p.pattern)
+            key = p.route
             if key not in unit:
                 flows = np.zeros((n, n))
                 for members in links.groups(p.level, p.q):

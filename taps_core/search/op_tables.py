@@ -179,7 +179,7 @@ def _op_shape(
     keys: dict[tuple[str, int, str], int] = {}
     for phases in (*fwd, *bwd, *(r[0] for r in rows), *(r[1] for r in rows)):
         for p in phases:
-            keys.setdefault((p.level, p.q, p.pattern), len(keys))
+            keys.setdefault(p.route, len(keys))
     width = max(1, len(keys))
     summed: dict[tuple[Phase, ...], np.ndarray] = {}
 
@@ -188,7 +188,7 @@ def _op_shape(
         if phases not in summed:
             out = np.zeros((2, width))
             for p in phases:
-                k = keys[(p.level, p.q, p.pattern)]
+                k = keys[p.route]
                 out[0, k] += p.steps
                 out[1, k] += p.per_rank_bytes
             summed[phases] = out

@@ -36,7 +36,7 @@ def phase_sums(phases: Iterable[Phase]) -> PhaseSums:
     """``phases`` summed per (level, group size, pattern), in a fixed order."""
     sums: dict[tuple[str, int, str], list[float]] = {}
     for p in phases:
-        acc = sums.setdefault((p.level, p.q, p.pattern), [0, 0.0])
+        acc = sums.setdefault(p.route, [0, 0.0])
         acc[0] += p.steps
         acc[1] += p.per_rank_bytes
     return tuple((key, int(steps), nbytes) for key, (steps, nbytes) in sorted(sums.items()))
