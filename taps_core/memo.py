@@ -40,6 +40,7 @@ class LruMemo(Generic[V]):
         self.max_entries, self.max_bytes, self._size = max_entries, max_bytes, size
         self._items: OrderedDict[Hashable, V] = OrderedDict()
         self._bytes: dict[Hashable, int] = {}
+        self._total = 0  # sum of _bytes, kept as values come and go
         self._lock = threading.Lock()
         _EVERY_MEMO.add(self)
 
@@ -65,19 +66,20 @@ class LruMemo(Generic[V]):
         """Keep ``value`` for ``key`` (the least recently used go past the bounds)."""
         nbytes = self._size(value) if self._size is not None else 0
         with self._lock:
+            self._total += nbytes - self._bytes.get(key, 0)
             self._items[key] = value
             self._bytes[key] = nbytes
             self._items.move_to_end(key)
             while len(self._items) > 1 and (
-                len(self._items) > self.max_entries or self.nbytes > self.max_bytes
+                len(self._items) > self.max_entries or self._total > self.max_bytes
             ):
                 old, _ = self._items.popitem(last=False)
-                del self._bytes[old]
+                self._total -= self._bytes.pop(old)
 
     @property
     def nbytes(self) -> int:
         """Bytes of the values kept (0 without a ``size``)."""
-        return sum(self._bytes.values())
+        return self._total
 
     def __len__(self) -> int:
         return len(self._items)
@@ -86,3 +88,4 @@ class LruMemo(Generic[V]):
         with self._lock:
             self._items.clear()
             self._bytes.clear()
+            self._total = 0

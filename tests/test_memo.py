@@ -86,6 +86,10 @@ def test_a_byte_bound_drops_the_least_recently_used_values():
     assert len(memo) == 2 and memo.nbytes == 9
     memo.get_or("d", lambda: b"w" * 50)  # larger than the bound alone: kept, the rest go
     assert len(memo) == 1 and memo.nbytes == 50
+    memo.put("d", b"v" * 4)  # a value replaced counts its new size only
+    assert memo.nbytes == 4
+    memo.clear()
+    assert memo.nbytes == 0
 
 
 def test_graph_content_unpickled_in_another_process_equals_its_own(tmp_path):
