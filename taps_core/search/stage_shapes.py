@@ -80,7 +80,9 @@ class ShapeMemo:
     def __init__(self, cfg: object, mode: str) -> None:
         self.cfg, self.mode = cfg, mode
         self._graphs: dict[tuple[int, int], OpGraph] = {}
-        self._memos: dict[tuple[object, ...], PricingMemo] = {}
+        # a stage's graph and its op costs, shared by every layout priced on it (op costs and
+        # conversions depend on the host type, not on how many hosts a stage spans)
+        self._stage_graphs: dict[tuple[int, int, bool, bool], tuple[OpGraph, PricingMemo]] = {}
         self._shapes: dict[tuple[object, ...], tuple[StageShape, Plan]] = {}
         self._tied: dict[Layout3D, float | None] = {}
 
@@ -109,21 +111,28 @@ class ShapeMemo:
             self._tied[lay] = tied_shard_bytes(one, last, first)
         return self._tied[lay]
 
+    def _stage_graph(
+        self, samples: int, layers: int, head: bool, tail: bool
+    ) -> tuple[OpGraph, PricingMemo]:
+        """A stage of ``layers`` layers at a micro-batch of ``samples`` (with the model's head
+        and tail where asked) and the op costs priced on it so far."""
+        key = (samples, layers, head, tail)
+        if key not in self._stage_graphs:
+            micro = self.micro(samples, layers)
+            sg = micro if head and tail else stage_graph(
+                micro, 0, layers - 1, head=head, tail=tail
+            )
+            self._stage_graphs[key] = (sg, PricingMemo())
+        return self._stage_graphs[key]
+
     def _stage(
         self, lay: Layout3D, head: bool, tail: bool, layers: int, links: LinkModel
     ) -> tuple[StageShape, Plan]:
         key = (lay, head, tail, layers)
         if key not in self._shapes:
             stage_links = links.first_hosts(lay.hosts_per_stage)
-            micro = self.micro(lay.micro_batch_size * lay.dp, layers)
-            sg = micro if head and tail else stage_graph(
-                micro, 0, layers - 1, head=head, tail=tail
-            )
+            sg, memo = self._stage_graph(lay.micro_batch_size * lay.dp, layers, head, tail)
             info = SearchInfo(algorithm="fixed", time_s=0.0, num_strategies=0, status="fixed")
-            memo = self._memos.setdefault(
-                (lay.micro_batch_size * lay.dp, layers, head, tail, lay.hosts_per_stage),
-                PricingMemo(),
-            )
             plan = evaluate(
                 sg, stage_links, self.mode, fixed_choices(sg, lay), label="stage",
                 cost_model="topology", search=info, memory_limit_bytes=float("inf"),
