@@ -75,41 +75,33 @@ class BuildMemo:
         self, graph: OpGraph, op: OpSpec, strats: list[Strategy], mode: str,
         stages: tuple[int, ...], microbatches: int,
     ) -> _OpTables:
-        """:func:`_op_tables` of ``op``, computed once per distinct question."""
+        """``op``'s tables on this memo's cost model, computed once per distinct question: its
+        :class:`_OpShape` from the process memo (this question on this host type), priced."""
         key = (op_signature(graph, op), graph.num_layers, mode, stages, microbatches,
                tuple(strats))
         if key not in self.op_tables:
-            self.op_tables[key] = _op_tables(graph, op, strats, self.topology, mode,
-                                             self.comm, stages, microbatches)
+            topo = self.topology
+            shape = _SHAPES.get_or(
+                (*key, topo.gpu, topo.gpus_per_node, topo.compute_efficiency),
+                lambda: _op_shape(graph, op, strats, topo, mode, stages, microbatches),
+            )
+            self.op_tables[key] = _priced(shape, self.comm)
         return self.op_tables[key]
 
 
-def _op_tables(
-    graph: OpGraph,
-    op: OpSpec,
-    strats: list[Strategy],
-    topology: Topology,
-    mode: str,
-    comm: CommCost,
-    stages: tuple[int, ...],
-    microbatches: int,
-) -> _OpTables:
-    """The op's tables on ``comm``: its :class:`_OpShape` (from the process memo) priced."""
-    key = (op_signature(graph, op), graph.num_layers, mode, stages, microbatches, tuple(strats),
-           topology.gpu, topology.gpus_per_node, topology.compute_efficiency)
-    shape = _SHAPES.get_or(
-        key, lambda: _op_shape(graph, op, strats, topology, mode, stages, microbatches)
-    )
+def _priced(shape: _OpShape, comm: CommCost) -> _OpTables:
+    """The op's tables on ``comm``: ``shape``'s summed phases at its per-step and per-byte
+    coefficients."""
     coeffs = [comm.coefficients(*k) for k in shape.keys] or [(0.0, 0.0)]
     alpha, beta = (np.array(c) for c in zip(*coeffs))
 
-    def priced(sums: np.ndarray) -> np.ndarray:
+    def at(sums: np.ndarray) -> np.ndarray:
         return sums[..., 0, :] @ alpha + sums[..., 1, :] @ beta
 
     return _OpTables(
-        shape.compute, priced(shape.fwd), priced(shape.bwd), shape.saved, shape.boundary,
-        shape.fixed_memory, np.where(shape.offered, priced(shape.weight), np.inf),
-        shape.weight_memory, np.where(shape.offered, priced(shape.slope), 0.0),
+        shape.compute, at(shape.fwd), at(shape.bwd), shape.saved, shape.boundary,
+        shape.fixed_memory, np.where(shape.offered, at(shape.weight), np.inf),
+        shape.weight_memory, np.where(shape.offered, at(shape.slope), 0.0),
     )
 
 
