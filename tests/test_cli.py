@@ -210,6 +210,9 @@ def test_plan_fixed_prices_a_given_configuration(capsys):
         ("zero=5", "--fixed zero must be 0, 1, 2 or 3"),
         ("tp=8,mbs=3", "--fixed mbs must be a divisor of the 8 samples"),
         ("tp=8,,pp=2", "--fixed must be a key=value pair"),
+        ("tp=8,pp=2,first=13", "--fixed first must be a count leaving the other 1 stage"),
+        ("tp=8,first=3", "--fixed first must be absent with pp=1"),
+        ("tp=8,pp=2,first=3,last=3", "--fixed first must be first + last = 12"),
     ],
 )
 def test_plan_fixed_bad_input_names_the_key(capsys, spec, words):

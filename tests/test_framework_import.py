@@ -39,6 +39,10 @@ def test_megatron_arguments_give_the_published_configuration():
     assert got == FixedConfig(tp=8, pp=16, mbs=1, sp=True, recompute="full", zero=1)
     fsdp = fixed_from_megatron_args("--use-torch-fsdp2 --micro-batch-size 2")
     assert (fsdp.zero, fsdp.mbs, fsdp.tp) == (3, 2, 1)
+    uneven = fixed_from_megatron_args(MEGATRON_175B.replace(
+        "--bf16", "--decoder-first-pipeline-num-layers 5 --decoder-last-pipeline-num-layers 7 "
+        "--bf16"), 1536, _model())
+    assert (uneven.first, uneven.last) == (5, 7) and uneven.text().endswith("first=5,last=7")
 
 
 @pytest.mark.parametrize("text,field", [

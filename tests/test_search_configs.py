@@ -3,6 +3,7 @@ floor is a lower bound, and the answer is the fastest fitting configuration of t
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -20,8 +21,9 @@ from taps_core.search.configs import (
     configurations,
     divisors,
     search_configurations,
+    uneven_splits,
 )
-from taps_core.search.fixed_config import plan_fixed, resolve
+from taps_core.search.fixed_config import FixedConfig, parse_fixed, plan_fixed, resolve
 
 
 def _graph(name: str, layers: int, batch: int, **kw):
@@ -41,7 +43,13 @@ def _priced_as_whole(graph, topology, every: int) -> int:
     links = LinkModel(topology)
     pricer = _Pricer(graph, topology, "train", links)
     checked = 0
-    for config in configurations(graph, topology, "train", "megatron")[::every]:
+    configs = configurations(graph, topology, "train", "megatron")[::every]
+    # pipelined ones also at the first and the last uneven split Megatron accepts
+    variants = []
+    for c in configs:
+        every_split = _with_every_split(c, graph.num_layers)
+        variants += dict.fromkeys(every_split[:2] + every_split[-1:])
+    for config in variants:
         try:
             fast = pricer.price(config)
         except InvalidInputError:
@@ -78,19 +86,85 @@ def test_stage_shapes_built_at_one_bandwidth_price_every_other_exactly():
     assert warm_at_slow.best.step_s > cold.best.step_s  # the slow network priced differently
 
 
+def _megatron_splits(layers: int, p: int) -> list[tuple[int, ...]]:
+    """Brute force: every split of ``layers`` over ``p`` stages of at least one layer whose
+    middle stages hold the same count (what Megatron-LM's first/last flags express)."""
+    return [s for s in itertools.product(range(1, layers + 1), repeat=p)
+            if sum(s) == layers and len(set(s[1:-1])) <= 1]
+
+
+def _with_every_split(config: FixedConfig, layers: int) -> list[FixedConfig]:
+    """``config`` at its even split and at every other split Megatron-LM accepts."""
+    if config.pp == 1:
+        return [config]
+    return [config] + [replace(config, first=s[0], last=s[-1])
+                       for s in _megatron_splits(layers, config.pp) if len(set(s)) > 1]
+
+
+@pytest.mark.parametrize("layers,p", [(5, 2), (6, 2), (5, 4), (12, 4), (7, 3), (9, 9)])
+def test_uneven_splits_are_every_split_but_the_even_one(layers, p):
+    firsts, lasts, middles = uneven_splits(layers, p)
+    got = {(f, *([m] * (p - 2)), la) for f, la, m in zip(firsts, lasts, middles)}
+    want = {s for s in _megatron_splits(layers, p) if len(set(s)) > 1}
+    assert got == want
+
+
+def test_first_and_last_lay_out_the_stages_as_megatron_does():
+    graph, topology = _graph("gpt2", 12, 32), preset("dgx-a100:4")
+
+    def split(text: str) -> tuple[int, ...]:
+        return resolve(parse_fixed(text), graph, topology, "train").split
+
+    assert split("tp=8,pp=4") == (3, 3, 3, 3)
+    assert split("tp=8,pp=4,first=2,last=4") == (2, 3, 3, 4)
+    assert split("tp=8,pp=4,first=6") == (6, 2, 2, 2)  # the other three share the rest
+    assert split("tp=8,pp=2,last=5") == (7, 5)
+    with pytest.raises(InvalidInputError, match="--fixed last"):
+        split("tp=8,pp=4,last=4")  # 8 layers left do not split evenly over 3 stages
+    with pytest.raises(InvalidInputError, match="--fixed first"):
+        split("tp=8,pp=4,first=5,last=6")  # one layer for two middle stages
+
+
+def test_best_split_is_the_fastest_fitting_split_by_brute_force():
+    """Every pipelined configuration of a 6-layer GPT on 4 hosts, its split chosen by
+    :meth:`_Pricer.best_split` (all splits priced at once), against every split priced one by
+    one (each equal to the whole model's price by the test above), under a limit that
+    leaves some splits out."""
+    graph, topology = _graph("gpt2", 6, 32), preset("dgx-a100:4")
+    pricer = _Pricer(graph, topology, "train", LinkModel(topology))
+    checked = 0
+    for config in configurations(graph, topology, "train", "megatron")[::5]:
+        if config.pp == 1:
+            continue
+        try:
+            each = [pricer.price(c) for c in _with_every_split(config, 6)]
+        except InvalidInputError:
+            continue
+        memories = sorted(pr.memory_bytes for pr in each)
+        limit = memories[len(memories) // 3]
+        fitting = [pr for pr in each if pr.memory_bytes <= limit]
+        best, _ = pricer.best_split(config, limit)
+        assert best.step_s == pytest.approx(min(pr.step_s for pr in fitting), rel=1e-12)
+        assert best.memory_bytes <= limit and best in each
+        checked += 1
+    assert checked >= 10
+
+
 @pytest.mark.parametrize("space", ["megatron", "deepspeed"])
 def test_the_answer_is_the_fastest_fitting_configuration(space):
-    """Against brute force over every configuration priced whole, under a limit that makes
-    some of them too big: the search returns the fastest that fits."""
-    graph, topology = _graph("gpt2", 4, 32), preset("dgx-a100:2")
+    """Against brute force over every configuration priced whole (every layer split Megatron
+    accepts), under a limit that makes some of them too big: the search returns the fastest
+    that fits."""
+    graph, topology = _graph("gpt2", 5, 32), preset("dgx-a100:2")
     links = LinkModel(topology)
     whole = []
     for config in configurations(graph, topology, "train", space):
-        try:
-            whole.append(plan_fixed(graph, topology, config, memory_limit_bytes=math.inf,
-                                    links=links))
-        except InvalidInputError:
-            continue
+        for variant in _with_every_split(config, 5):
+            try:
+                whole.append(plan_fixed(graph, topology, variant, memory_limit_bytes=math.inf,
+                                        links=links))
+            except InvalidInputError:
+                continue
     memories = sorted(p.memory.total for p in whole)
     limit = memories[len(memories) // 2]  # half of them fit
     fastest = min(p.total_time_s for p in whole if p.memory.total <= limit)

@@ -21,7 +21,8 @@ from taps_core.search.fixed_config import FixedConfig, parse_fixed
 _MEGATRON_LAYOUT_VALUE = frozenset((
     "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
     "--global-batch-size", "--recompute-granularity", "--recompute-method",
-    "--recompute-num-layers",
+    "--recompute-num-layers", "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers",
 ))
 _MEGATRON_LAYOUT_SWITCH = frozenset((
     "--sequence-parallel", "--use-distributed-optimizer", "--use-torch-fsdp2",
@@ -178,6 +179,8 @@ def _megatron_config(flags: dict[str, str], batch: int | None) -> FixedConfig:
     return FixedConfig(
         tp=tp, pp=pp, mbs=mbs, sp="--sequence-parallel" in flags,
         recompute="full" if granularity == "full" else "none", zero=zero,
+        first=count("--decoder-first-pipeline-num-layers"),
+        last=count("--decoder-last-pipeline-num-layers"),
     )
 
 

@@ -3,9 +3,11 @@
 A *space* is what one framework can run (:data:`SPACES`):
 
 - ``megatron``: TP dividing the GPUs of a host (and every split dim, e.g. the heads), PP
-  dividing the hosts with at most one stage per layer (balanced layer split), DP over the
-  rest, every micro-batch size dividing a replica's share of the batch, sequence parallelism
-  (with TP), full recomputation or none, and the distributed optimizer (ZeRO 0 or 1);
+  dividing the hosts with at most one stage per layer (every layer split Megatron-LM accepts:
+  the even one, or any layer counts of the first and last stage with the other stages sharing
+  the rest evenly, ``--decoder-first/last-pipeline-num-layers``), DP over the rest, every
+  micro-batch size dividing a replica's share of the batch, sequence parallelism (with TP),
+  full recomputation or none, and the distributed optimizer (ZeRO 0 or 1);
 - ``deepspeed``: ZeRO-DP, DeepSpeed's own engine: data parallelism over every GPU, ZeRO 0 to
   3, every micro-batch size, activation checkpointing or none.
 
@@ -31,6 +33,9 @@ import math
 import re
 import time
 from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
 
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology
@@ -41,7 +46,6 @@ from taps_core.ir.graph import MEMORY_BOUND_KINDS, OpGraph
 from taps_core.plan.records import Plan, SearchInfo
 from taps_core.search.fixed_config import FixedConfig, Layout3D, plan_fixed, resolve
 from taps_core.search.pipeline import (
-    balanced_split,
     in_flight,
     layer_range,
     one_f_one_b_busy,
@@ -255,8 +259,6 @@ class _Pricer:
             g = self.topology.gpus_per_node
             a = [h * g + j for h in src for j in range(g)]
             b = [h * g + j for h in dst for j in range(g)]
-            import numpy as np
-
             loads, latency = self.links._route(
                 np.array(a), np.array(b), np.full(len(a), 1.0 / len(a))
             )
@@ -274,8 +276,21 @@ class _Pricer:
         if p == 1:
             f = self.figures(lay, True, True, self.layers)
             return Priced(config, f.time_s, f.memory.total)
-        split = balanced_split(self.layers, p)
-        stages = [self.figures(lay, i == 0, i == p - 1, n) for i, n in enumerate(split)]
+        stages = [self.figures(lay, i == 0, i == p - 1, n) for i, n in enumerate(lay.split)]
+        sends, tied = self.stage_sends(lay)
+        per_mb = [(f.time_s - f.sync_s) / m + s for f, s in zip(stages, sends)]
+        sync = [f.sync_s + (tied if i in (0, p - 1) else 0.0) for i, f in enumerate(stages)]
+        step = one_f_one_b_busy(per_mb, m) + max(sync)
+        memory = max(
+            f.memory.total + (in_flight(i, p, m) - 1) * f.memory.activations
+            for i, f in enumerate(stages)
+        )
+        return Priced(config, step, memory)
+
+    def stage_sends(self, lay: Layout3D) -> tuple[list[float], float]:
+        """Each stage's seconds of boundary sends per micro-batch (forward out, gradient back)
+        and the tied embedding's exchange between the first and last stage per step."""
+        p = lay.pp
         one = self.micro(lay.micro_batch_size * lay.dp, 1)
         boundary = float(one.tensors[[op for op in one.ops if op.layer == 0][-1].output].nbytes)
         hosts = lay.hosts_per_stage
@@ -292,14 +307,97 @@ class _Pricer:
                 self.send_s(span[0], span[-1], held * gpus),
                 self.send_s(span[-1], span[0], held * gpus),
             )
-        per_mb = [(f.time_s - f.sync_s) / m + s for f, s in zip(stages, sends)]
-        sync = [f.sync_s + (tied if i in (0, p - 1) else 0.0) for i, f in enumerate(stages)]
-        step = one_f_one_b_busy(per_mb, m) + max(sync)
-        memory = max(
-            f.memory.total + (in_flight(i, p, m) - 1) * f.memory.activations
-            for i, f in enumerate(stages)
-        )
-        return Priced(config, step, memory)
+        return sends, tied
+
+    def best_split(self, config: FixedConfig, limit_bytes: float) -> tuple[Priced, bool]:
+        """``config`` (no ``first``/``last`` given) at the fastest layer split Megatron-LM
+        accepts that fits ``limit_bytes``: its even split, or any counts of the first and last
+        stage with the others sharing the rest evenly (every split priced at once, in
+        arrays). Ties keep the even split. Also returns whether the fastest split regardless
+        of memory fits (then recomputing more cannot help). The least memory when none fits."""
+        even = self.price(config)
+        lay = resolve(config, self.graph, self.topology, self.mode)
+        p, m, layers = lay.pp, lay.microbatches, self.layers
+        firsts, lasts, middles = uneven_splits(layers, p)
+        if p == 1 or not len(firsts):
+            return even, True
+        figs = {kind: self.figure_rows(lay, kind, layers - p + 1) for kind in ("f", "m", "l")}
+        sends, tied = self.stage_sends(lay)
+        f, mid, last = figs["f"], figs["m"], figs["l"]
+        a_first = f[0][firsts - 1] / m + sends[0]
+        a_last = last[0][lasts - 1] / m + sends[-1]
+        inner = sends[1:-1]
+        a_mid = mid[0][middles - 1] / m if inner else np.zeros(len(firsts))
+        paced = np.maximum(a_first, a_last)
+        if inner:
+            paced = np.maximum(paced, a_mid + max(inner))
+        total = a_first + a_last + (len(inner) * a_mid + sum(inner))
+        sync = np.maximum(f[1][firsts - 1], last[1][lasts - 1]) + tied
+        if inner:
+            sync = np.maximum(sync, mid[1][middles - 1])
+        steps = (m - 1) * paced + total + sync
+        memory = np.maximum(f[2][firsts - 1] + (in_flight(0, p, m) - 1) * f[3][firsts - 1],
+                            last[2][lasts - 1] + (in_flight(p - 1, p, m) - 1) * last[3][lasts - 1])
+        if inner:
+            memory = np.maximum(memory, mid[2][middles - 1]
+                                + (in_flight(1, p, m) - 1) * mid[3][middles - 1])
+        fit = memory <= limit_bytes * (1 + FIT_TOLERANCE)
+        free_fits = bool(even.memory_bytes <= limit_bytes * (1 + FIT_TOLERANCE)) and not bool(
+            (steps < even.step_s * (1 - 1e-12)).any())
+        if fit.any():
+            i = int(np.argmin(np.where(fit, steps, np.inf)))
+            if not even.memory_bytes <= limit_bytes * (1 + FIT_TOLERANCE) or (
+                    steps[i] < even.step_s * (1 - 1e-12)):
+                return self.price(replace(config, first=int(firsts[i]),
+                                          last=int(lasts[i]))), free_fits
+            return even, free_fits
+        i = int(np.argmin(memory))
+        lean = self.price(replace(config, first=int(firsts[i]), last=int(lasts[i])))
+        return min((even, lean), key=lambda pr: pr.memory_bytes), False
+
+    def figure_rows(self, lay: Layout3D, kind: str, most: int) -> np.ndarray:
+        """Rows [time without sync, sync, memory, activations] of a first ("f"), middle ("m")
+        or last ("l") stage of 1 .. ``most`` layers (seconds, bytes per device): what
+        :meth:`figures` gives for each count, in arrays (the same operations, so the same
+        floats)."""
+        head, tail = kind == "f", kind == "l"
+        one = self.stage(lay, head, tail, 1)
+        plus = _plus(one, self.stage(lay, False, False, 1), self.stage(lay, False, False, 2))
+        extra = np.arange(most, dtype=float)  # layers beyond the first
+
+        def grow(x: float, y: float) -> np.ndarray:
+            return x + extra * (y - x)
+
+        a, b = one.memory, plus.memory
+        transient = np.where(extra == 0, a.transient, max(a.transient, b.transient))
+        memory = (grow(a.parameters, b.parameters) + grow(a.gradients, b.gradients)
+                  + grow(a.optimizer, b.optimizer) + grow(a.activations, b.activations)
+                  + grow(a.kv_cache, b.kv_cache) + transient)
+        sync = grow(one.sync_s, plus.sync_s)
+        return np.array([grow(one.time_s, plus.time_s) - sync, sync, memory,
+                         grow(a.activations, b.activations)])
+
+
+@lru_cache(maxsize=256)
+def uneven_splits(layers: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every split of ``layers`` over ``p`` >= 2 stages that Megatron-LM's
+    ``--decoder-first/last-pipeline-num-layers`` express and the even split does not: the
+    first and last stage's counts (>= 1) and the middle stages' shared count (>= 1; 0 with
+    two stages), as arrays."""
+    out = []
+    for mid in range(1, layers) if p > 2 else [0]:
+        rest = layers - mid * (p - 2)
+        for first in range(1, rest):
+            last = rest - first
+            if not (first == last == mid or (p == 2 and first == last)):
+                out.append((first, last, mid))
+    if not out:
+        return np.zeros(0, int), np.zeros(0, int), np.zeros(0, int)
+    firsts, lasts, middles = (np.array(c) for c in zip(*out))
+    middles = np.maximum(middles, 1)
+    for a in (firsts, lasts, middles):
+        a.flags.writeable = False  # shared by the memo
+    return firsts, lasts, middles
 
 
 def price_whole(
@@ -348,21 +446,26 @@ def search_configurations(
         candidates.append((pricer.compute_floor_s(lay), config))
     candidates.sort(key=lambda fc: (fc[0], fc[1].text()))
     priced: list[Priced] = []
-    fits: dict[FixedConfig, bool] = {}
+    fits: dict[FixedConfig, bool] = {}  # per configuration priced (at its split)
+    free_fits: dict[FixedConfig, bool] = {}  # its fastest split regardless of memory fits
     best_s = math.inf
     for floor_s, config in candidates:
         if floor_s >= best_s:
             break  # every configuration left is slower than the best that fits
-        if config.recompute == "full" and fits.get(replace(config, recompute="none")):
+        if config.recompute == "full" and free_fits.get(replace(config, recompute="none")):
             continue  # dominated: recomputation only adds work to a plan that fits already
         try:
-            pr = (pricer.price(config) if fast
-                  else price_whole(graph, topology, mode, links, config))
+            if fast and config.pp > 1:
+                pr, free_fits[config] = pricer.best_split(config, limit)
+            else:
+                pr = (pricer.price(config) if fast
+                      else price_whole(graph, topology, mode, links, config))
         except InvalidInputError:
             continue  # a size that does not divide this model (e.g. the heads by tp)
         priced.append(pr)
-        fits[config] = pr.memory_bytes <= limit * (1 + FIT_TOLERANCE)
-        if fits[config]:
+        fits[pr.config] = pr.memory_bytes <= limit * (1 + FIT_TOLERANCE)
+        free_fits.setdefault(config, fits[pr.config])
+        if fits[pr.config]:
             best_s = min(best_s, pr.step_s)
     priced.sort(key=lambda pr: (pr.step_s, pr.memory_bytes))
     fitting = [pr for pr in priced if fits[pr.config]]
@@ -408,7 +511,9 @@ def best_configuration(
 
 
 # the configuration (``--fixed`` text) an exhaustive search names at the end of its note
-CONFIG_IN_NOTE = re.compile(r"tp=\d+,pp=\d+,dp=\d+,mbs=\d+,sp=\d,recompute=\w+,zero=\d")
+CONFIG_IN_NOTE = re.compile(
+    r"tp=\d+,pp=\d+,dp=\d+,mbs=\d+,sp=\d,recompute=\w+,zero=\d(?:,first=\d+)?(?:,last=\d+)?"
+)
 
 
 def configuration_in(note: str) -> str | None:

@@ -13,7 +13,10 @@ strategy space like this, for every pipeline stage on its ``nodes / pp`` hosts:
 - sequence parallelism (``sp=1``): norms, residual adds and positions split the sequence ``tp``
   ways; row ops hand their partial sums on (reduce-scatter) and column ops gather (all-gather);
 - ``mbs`` micro-batch size per data-parallel replica (``batch = dp x mbs x micro-batches``),
-  ``recompute=full`` every layer, ``zero`` the plan-wide ZeRO stage.
+  ``recompute=full`` every layer, ``zero`` the plan-wide ZeRO stage;
+- ``first`` / ``last``: the layers of the first / last pipeline stage (Megatron-LM's
+  ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``), the other
+  stages sharing the rest evenly; without them the layers are split as evenly as they go.
 
 A key that does not divide, or is unknown, is refused with one line naming it.
 """
@@ -33,7 +36,7 @@ from taps_core.plan.records import OpChoice, Plan, SearchInfo
 from taps_core.search.flat import micro_graph
 from taps_core.search.pipeline import assemble_stages, balanced_split, layer_range
 
-FIXED_KEYS = ("tp", "pp", "dp", "mbs", "sp", "recompute", "zero")
+FIXED_KEYS = ("tp", "pp", "dp", "mbs", "sp", "recompute", "zero", "first", "last")
 RECOMPUTE = ("none", "full")
 
 
@@ -63,6 +66,8 @@ class FixedConfig:
     sp: bool = False
     recompute: str = "none"
     zero: int = 0
+    first: int | None = None  # layers of the first pipeline stage (None: an even split)
+    last: int | None = None  # layers of the last pipeline stage
 
     def text(self) -> str:
         """The configuration as ``--fixed`` takes it."""
@@ -70,6 +75,8 @@ class FixedConfig:
         parts += [f"dp={self.dp}"] if self.dp is not None else []
         parts += [f"mbs={self.mbs}"] if self.mbs is not None else []
         parts += [f"sp={int(self.sp)}", f"recompute={self.recompute}", f"zero={self.zero}"]
+        parts += [f"first={self.first}"] if self.first is not None else []
+        parts += [f"last={self.last}"] if self.last is not None else []
         return ",".join(parts)
 
 
@@ -128,6 +135,34 @@ class Layout3D:
     sp: bool
     recompute: bool
     zero: int
+    split: tuple[int, ...]  # layers per pipeline stage, first to last
+
+
+def stage_split(config: FixedConfig, layers: int) -> tuple[int, ...]:
+    """Layers per stage of ``config`` on a model of ``layers`` layers, as Megatron-LM lays
+    them out: ``first`` and ``last`` where given, the other stages sharing the rest evenly
+    (each at least one layer); neither given, the split of
+    :func:`~taps_core.search.pipeline.balanced_split`."""
+    p = config.pp
+    if config.first is None and config.last is None:
+        return balanced_split(layers, p) if p > 1 else (layers,)
+    key = "--fixed first" if config.first is not None else "--fixed last"
+    if p == 1:
+        raise InvalidInputError(key, config.first or config.last, "absent with pp=1")
+    given = (config.first or 0) + (config.last or 0)
+    others = p - (config.first is not None) - (config.last is not None)
+    rest = layers - given
+    if (others == 0 and rest != 0) or (others > 0 and (rest < others or rest % others)):
+        want = (f"first + last = {layers}, the model's layers" if others == 0 else
+                f"a count leaving the other {others} stage(s) an even share of the {layers} "
+                f"layers, at least one each ({rest} left)")
+        raise InvalidInputError(key, config.first if config.first is not None else config.last,
+                                want)
+    even = rest // others if others else 0
+    inner = [even] * (p - 2)
+    first = config.first if config.first is not None else even
+    last = config.last if config.last is not None else even
+    return (first, *inner, last)
 
 
 def resolve(config: FixedConfig, graph: OpGraph, topology: Topology, mode: str) -> Layout3D:
@@ -173,7 +208,7 @@ def resolve(config: FixedConfig, graph: OpGraph, topology: Topology, mode: str) 
         raise InvalidInputError("--fixed zero", config.zero, "0 or 3 in inference")
     return Layout3D(
         config.tp, config.pp, dp, dp_intra, hosts, mbs, per_replica // mbs, config.sp,
-        config.recompute == "full", config.zero,
+        config.recompute == "full", config.zero, stage_split(config, layers),
     )
 
 
@@ -306,7 +341,7 @@ def _pipelined(
     span = layer_range(micro)
     if span is None:
         raise InvalidInputError("--fixed pp", lay.pp, "1 for a model without layers")
-    split = balanced_split(span[1] - span[0] + 1, lay.pp)
+    split = lay.split
 
     def stage_plan(sg: OpGraph, sub: LinkModel, copies: int) -> Plan:
         one = replace(lay, hosts_per_stage=sub.topology.nodes)
