@@ -289,10 +289,19 @@ def test_stale_reasons_never_show_beside_new_figures(server, tab):
     beside the new plan's line: it is replaced by 'pricing...' until the new reasons are in."""
     tab.goto(f"{server}/?model=gpt2&topo=dgx-a100:2")
     settle(tab)
-    wait_text(tab, "over the runner-up")  # the box is filled last, after the charts
+    # the box is filled last, after the charts: a decision priced against what it beats
+    tab.wait_for_function(
+        """() => {
+            const t = document.querySelector('[data-testid="stMain"]')?.innerText || '';
+            const at = t.indexOf('Why this plan');
+            const saves = at < 0 ? -1 : t.indexOf(' saves ', at);
+            return saves >= 0 && saves < t.indexOf('Step time', at);
+        }""",
+        timeout=RUN_TIMEOUT_MS,
+    )
     before_plan = tab.locator("p", has_text="Plan:").first.inner_text()
     before_why = _why_text(main_text(tab))
-    assert "runner-up" in before_why
+    assert " saves " in before_why and "per step" in before_why
     slider = tab.locator('[data-testid="stSidebar"] [data-testid="stSlider"] input').first
     slider.focus()
     slider.press("Home")

@@ -19,6 +19,8 @@ from taps_core.cli.main import main
 from taps_core.errors import InvalidInputError
 from taps_core.export import EXIT_NOT_EXPRESSIBLE, NotExpressibleError, export_plan, grid
 from taps_core.models import build_graph, load_model_config
+from taps_core.search.configs import configuration_in
+from taps_core.search.fixed_config import parse_fixed
 
 Rule = Callable[[str], tuple[dict[str, int], dict[str, int], bool]]  # name -> inter, intra, partial
 
@@ -631,13 +633,17 @@ def test_fastest_megatron_configuration_exports_to_megatron(tmp_path, capsys):
     assert main([*args, "--space", "megatron"]) == 0
     capsys.readouterr()
     note = json.loads(target.read_text())["search"]["note"]
-    config = "tp=2,pp=2,dp=8,mbs=1,sp=1,recompute=none,zero=1"
-    assert config in note and config in taps, (note, taps)
+    # the fastest on 4 DGX hosts: 4 stages, the first and last holding fewer layers
+    config = parse_fixed(configuration_in(note))
+    assert (config.tp, config.pp, config.mbs, config.sp, config.zero) == (2, 4, 1, True, 1)
+    assert config.first is not None and config.last is not None and config.text() in taps
     assert main(["export", str(target), "--format", "megatron"]) == 0
     out, _ = capsys.readouterr()
-    for flag in ("--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 2",
+    for flag in ("--tensor-model-parallel-size 2", "--pipeline-model-parallel-size 4",
                  "--micro-batch-size 1", "--global-batch-size 64", "--sequence-parallel",
-                 "--use-distributed-optimizer"):
+                 "--use-distributed-optimizer",
+                 f"--decoder-first-pipeline-num-layers {config.first}",
+                 f"--decoder-last-pipeline-num-layers {config.last}"):
         assert flag in out, (flag, out)
 
 

@@ -131,7 +131,8 @@ def test_megatron_core_accepts_every_megatron_export(model, nodes, gpus, rule, e
 
 @needs_mcore
 @pytest.mark.parametrize("model,topo,batch", [("gpt3-175b", "dgx-a100:16", 64),
-                                              ("llama3-8b", "dgx-a100:2", 16)])
+                                              ("llama3-8b", "dgx-a100:2", 16),
+                                              ("gpt2", "dgx-a100:8", 32)])  # uneven stages
 def test_space_megatron_plans_export_to_arguments_megatron_core_accepts(model, topo, batch):
     """``plan --space megatron``'s answer (the fastest configuration Megatron-LM accepts,
     searched exhaustively) exports to arguments megatron-core's TransformerConfig takes."""
@@ -147,3 +148,7 @@ def test_space_megatron_plans_export_to_arguments_megatron_core_accepts(model, t
     stages = len(plan.pipeline.stages) if plan.pipeline else 1
     assert cfg.pipeline_model_parallel_size == stages
     assert cfg.num_layers == graph.num_layers
+    split = list(plan.pipeline.layer_split) if plan.pipeline else []
+    if len(set(split)) > 1:  # megatron-core checked the middle stages share the rest evenly
+        assert cfg.num_layers_in_first_pipeline_stage == split[0]
+        assert cfg.num_layers_in_last_pipeline_stage == split[-1]

@@ -205,13 +205,15 @@ def test_own_bandwidth_is_the_plan_pages_plan_and_changes_speak_megatron(gpt2):
     assert point.plans["taps"].total_time_s == plan.total_time_s
     assert point.plans["taps"].strategies == plan_key(plan)
     assert point.plans["taps"].shape == plan_shape(plan)
-    slow, fast = sw.points[0].plans["taps"].shape, point.plans["taps"].shape
-    assert (fast.dp_across, slow.dp_across, slow.copies) == (2, 1, 2)
-    assert fast.tp * fast.pp * fast.dp * fast.copies == topo.num_gpus
-    words = shape_change_words(slow, fast)
+    slow, flat, fast = (p.plans["taps"].shape for p in [*sw.points[:2], point])
+    assert (flat.dp_across, slow.dp_across, slow.copies) == (2, 1, 2)
+    assert all(s.tp * s.pp * s.dp * s.copies == topo.num_gpus for s in (slow, flat, fast))
+    words = shape_change_words(slow, flat)
     assert words.startswith("DP 2 -> 1 across nodes") and "the second node would only " \
         "duplicate work, because at this bandwidth syncing gradients" in words
     assert "planner:" in words and shape_change_words(fast, fast) == ""
+    if fast.pp > 1:  # at 200 GB/s two stages (each half the layers) beat syncing across nodes
+        assert shape_change_words(flat, fast).startswith(f"PP {fast.pp} -> 1: pipeline stages")
     assert sw.changes and all(c.words.startswith(c.structure) for c in sw.changes)
 
 
