@@ -570,15 +570,16 @@ def test_plan_is_no_slower_than_the_framework_shape_refined_per_op(model, topo, 
     budget cutting it off, the refined shape: the answer depended on the budget); now the
     refinement is done first, as the cutoff, and the plan is the faster of the two."""
     from taps_core.search import planner
+    from taps_core.search.pipeline import balanced_split, best_setting
 
     graph = _graph(model, batch_size=batch)
     cluster = preset(topo)
     seed = planner.expert_plan(graph, cluster)
     assert seed is not None and seed.pipeline is not None
-    refined = planner.plan_setting(
-        graph, cluster, p=len(seed.pipeline.stages), m=seed.pipeline.microbatches,
-        split=tuple(s.layers[1] - s.layers[0] + 1 for s in seed.pipeline.stages),
-    )
+    p, split = len(seed.pipeline.stages), seed.pipeline.layer_split
+    # the seed's shape at its own layer split and at the even one
+    refined = best_setting(graph, cluster, p=p, m=seed.pipeline.microbatches,
+                           splits=(split, balanced_split(sum(split), p)))
     assert refined is not None and refined.total_time_s < seed.total_time_s
     flat = search(graph, cluster, pipeline=False)
     assert refined.total_time_s < flat.total_time_s < seed.total_time_s  # the case at issue

@@ -342,8 +342,9 @@ class _Pricer:
             memory = np.maximum(memory, mid[2][middles - 1]
                                 + (in_flight(1, p, m) - 1) * mid[3][middles - 1])
         fit = memory <= limit_bytes * (1 + FIT_TOLERANCE)
-        free_fits = bool(even.memory_bytes <= limit_bytes * (1 + FIT_TOLERANCE)) and not bool(
-            (steps < even.step_s * (1 - 1e-12)).any())
+        fastest = int(np.argmin(steps))
+        free_fits = bool(even.memory_bytes <= limit_bytes * (1 + FIT_TOLERANCE)
+                         if even.step_s <= steps[fastest] else fit[fastest])
         if fit.any():
             i = int(np.argmin(np.where(fit, steps, np.inf)))
             if not even.memory_bytes <= limit_bytes * (1 + FIT_TOLERANCE) or (

@@ -394,14 +394,43 @@ def plan_setting(
     """The pipeline of one setting (``p`` stages of ``split`` layers, ``m`` micro-batches) with
     every stage's plan searched exactly (None when a stage cannot fit or time runs out)."""
 
-    span = layer_range(graph)
-    if span is None or topology.nodes % p or sum(split) != span[1] - span[0] + 1:
-        raise InvalidInputError("split", split, f"{p} stage sizes summing to the layers")
-    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
-    return _assemble(
-        micro_graph(graph, m), topology, links or LinkModel(topology), mode, cost_model, limit,
-        p, m, split, span[0], _StageCache(), None, space, deadline,
+    return best_setting(
+        graph, topology, p=p, m=m, splits=(split,), mode=mode, cost_model=cost_model,
+        memory_limit_bytes=memory_limit_bytes, space=space, links=links, deadline=deadline,
     )
+
+
+def best_setting(
+    graph: OpGraph,
+    topology: Topology,
+    *,
+    p: int,
+    m: int,
+    splits: tuple[tuple[int, ...], ...],
+    mode: str = "train",
+    cost_model: str = "topology",
+    memory_limit_bytes: float | None = None,
+    space: SearchSpace = SearchSpace(),
+    links: LinkModel | None = None,
+    deadline: float = math.inf,
+) -> Plan | None:
+    """The fastest of :func:`plan_setting` over ``splits`` (the first of equal ones; None when
+    none can be planned), stages with the same layers and position searched once for all."""
+    span = layer_range(graph)
+    for split in splits:
+        if span is None or topology.nodes % p or sum(split) != span[1] - span[0] + 1:
+            raise InvalidInputError("split", split, f"{p} stage sizes summing to the layers")
+    assert span is not None
+    limit = topology.gpu.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    micro, links, cache = micro_graph(graph, m), links or LinkModel(topology), _StageCache()
+    best: Plan | None = None
+    for split in splits:
+        plan = _assemble(micro, topology, links, mode, cost_model, limit, p, m, split, span[0],
+                         cache, None, space, deadline)
+        if plan is not None and (best is None or plan.total_time_s < best.total_time_s * (
+                1 - 1e-12)):
+            best = plan
+    return best
 
 
 def balanced_split(layers: int, p: int) -> tuple[int, ...]:

@@ -26,10 +26,11 @@ from taps_core.search.configs import (
 )
 from taps_core.search.flat import SlowerThanCutoffError, search_flat
 from taps_core.search.pipeline import (
+    balanced_split,
+    best_setting,
     candidate_splits,
     layer_range,
     objective,
-    plan_setting,
     search_pipeline,
 )
 from taps_core.search.pipeline_bound import ShapeBound, pipeline_bounds
@@ -277,13 +278,13 @@ def _refined(
         if shape.bound_s >= best.total_time_s * (1 - 1e-9):
             continue
         splits = candidate_splits(span[1] - span[0] + 1, shape.stages)
-        for split in dict.fromkeys([*splits, *([shape.split] if shape.split else [])]):
-            piped = plan_setting(
-                graph, topology, p=shape.stages, m=shape.microbatches, split=split,
-                memory_limit_bytes=memory_limit_bytes, space=space, links=links,
-            )
-            if piped is not None and piped.total_time_s < best.total_time_s * (1 - 1e-12):
-                best = piped
+        piped = best_setting(
+            graph, topology, p=shape.stages, m=shape.microbatches,
+            splits=tuple(dict.fromkeys([*splits, *([shape.split] if shape.split else [])])),
+            memory_limit_bytes=memory_limit_bytes, space=space, links=links,
+        )
+        if piped is not None and piped.total_time_s < best.total_time_s * (1 - 1e-12):
+            best = piped
     if best is plan:
         return plan
     pi = best.pipeline
@@ -329,16 +330,20 @@ def _refined_seed(
     links: LinkModel | None,
     pipeline: bool | None,
 ) -> Plan | None:
-    """A pipelined ``seed``'s shape (stages, layer split, micro-batches) kept and every stage's
-    plan searched exactly, without a clock (the plan does not depend on the time budget or the
-    machine; never slower than the seed, whose stage plans lie in that space). None when the
-    seed has no stages or ``pipeline`` is False. Done before the search without stages, whose
-    cutoff it tightens: a plan without stages may beat the seed yet not its refinement."""
+    """A pipelined ``seed``'s shape (stages, micro-batches) kept and every stage's plan searched
+    exactly at the seed's layer split and at the even one (a framework's split suits its own
+    stage plans' memory; per-op plans may suit the even one better), without a clock (the plan
+    does not depend on the time budget or the machine; never slower than the seed, whose stage
+    plans lie in that space). None when the seed has no stages or ``pipeline`` is False. Done
+    before the search without stages, whose cutoff it tightens: a plan without stages may beat
+    the seed yet not its refinement."""
     if seed is None or pipeline is False or seed.pipeline is None:
         return None
     pi = seed.pipeline
-    return plan_setting(
-        graph, topology, p=len(pi.stages), m=pi.microbatches, split=pi.layer_split, mode=mode,
+    p = len(pi.stages)
+    return best_setting(
+        graph, topology, p=p, m=pi.microbatches, mode=mode,
+        splits=tuple(dict.fromkeys([pi.layer_split, balanced_split(sum(pi.layer_split), p)])),
         memory_limit_bytes=memory_limit_bytes, links=links,
     )
 
