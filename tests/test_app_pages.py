@@ -148,6 +148,20 @@ def test_your_configuration_is_priced_beside_the_plan():
     at.text_input(key="plan_yours").set_value('{"zero_optimization": {"stage": 4}}')
     rerun(at)
     assert len(at.error) == 1 and "zero_optimization.stage" in at.error[0].value
+    # uneven stages: the --fixed keys and Megatron-LM's flags price the same configuration
+    at.text_input(key="plan_yours").set_value("tp=2,pp=2,mbs=1,sp=1,zero=1,first=8,last=4")
+    rerun(at)
+    assert not at.error, [e.value for e in at.error]
+    by_keys = at.dataframe[0].value.iloc[1, 1]
+    at.text_input(key="plan_yours").set_value(
+        "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 "
+        "--sequence-parallel --use-distributed-optimizer "
+        "--decoder-first-pipeline-num-layers 8 --decoder-last-pipeline-num-layers 4")
+    rerun(at)
+    assert not at.error and at.dataframe[0].value.iloc[1, 1] == by_keys
+    at.text_input(key="plan_yours").set_value("tp=2,pp=2,first=13")
+    rerun(at)
+    assert len(at.error) == 1 and "first" in at.error[0].value, [e.value for e in at.error]
 
 
 def test_plan_expand_toggle_shows_every_layer():
