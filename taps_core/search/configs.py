@@ -318,8 +318,10 @@ class _Pricer:
         even = self.price(config)
         lay = resolve(config, self.graph, self.topology, self.mode)
         p, m, layers = lay.pp, lay.microbatches, self.layers
+        if p == 1:
+            return even, True
         firsts, lasts, middles = uneven_splits(layers, p)
-        if p == 1 or not len(firsts):
+        if not len(firsts):
             return even, True
         figs = {kind: self.figure_rows(lay, kind, layers - p + 1) for kind in ("f", "m", "l")}
         sends, tied = self.stage_sends(lay)
@@ -382,9 +384,9 @@ class _Pricer:
 @lru_cache(maxsize=256)
 def uneven_splits(layers: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every split of ``layers`` over ``p`` >= 2 stages that Megatron-LM's
-    ``--decoder-first/last-pipeline-num-layers`` express and the even split does not: the
-    first and last stage's counts (>= 1) and the middle stages' shared count (>= 1; 0 with
-    two stages), as arrays."""
+    ``--decoder-first/last-pipeline-num-layers`` express, but the one with every stage alike:
+    the first and last stage's counts (>= 1) and the middle stages' shared count (>= 1; 1 and
+    unused with two stages), as read-only arrays."""
     out = []
     for mid in range(1, layers) if p > 2 else [0]:
         rest = layers - mid * (p - 2)
