@@ -89,7 +89,8 @@ def main() -> None:
         st.stop()
     chart, status = st.empty(), st.empty()
     sw = None
-    for sw in run.fill(grid):  # draws while it plans; a rerun resumes from what was found
+    # draws while it plans; a rerun resumes from what was found
+    for drawn, sw in enumerate(run.fill(grid)):
         if sw.complete:
             break
         done = len(sw.done)
@@ -98,7 +99,10 @@ def main() -> None:
             + (" (the points asked for and this cluster's own)" if len(grid) > points else "")
             + (f", locating {len(sw.changes)} plan change(s)" if done == len(grid) else "")
         )
-        chart.plotly_chart(titled(sweep_figure(sw, own_Bps), ctx), theme=None)
+        # a key per draft: two states in a row may draw the same figure, and Streamlit
+        # refuses two charts with one auto-generated ID in a run
+        chart.plotly_chart(titled(sweep_figure(sw, own_Bps), ctx), theme=None,
+                           key=f"sweep_draft_{drawn}")
     status.empty()
     assert sw is not None
     with chart.container():

@@ -476,6 +476,31 @@ def test_sweep_page_holds_to_the_engine_numbers():
         assert any(said in m.value and m.value.startswith("**") for m in at.markdown)
 
 
+def test_sweep_redraws_an_unchanged_state_without_a_duplicate_chart(monkeypatch):
+    """Two planning states in a row can draw the same figure (e.g. while the last plan change
+    is located): each draft chart has its own key, so Streamlit never sees two charts with one
+    auto-generated ID (gpt3-175b's sweep showed StreamlitDuplicateElementId)."""
+    from dashboard import cache
+
+    real = cache.sweep_run
+
+    class Twice:
+        """The real sweep run, every state it yields handed out twice."""
+
+        def __init__(self, run):
+            self.run = run
+
+        def fill(self, grid, **kw):
+            for sw in self.run.fill(grid, **kw):
+                yield sw
+                yield sw
+
+    monkeypatch.setattr(cache, "sweep_run", lambda *a, **kw: Twice(real(*a, **kw)))
+    at = app("sweep", points="3", curves="volume", batch="32", seq="1024")
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert chart(at, "Step time vs inter-node bandwidth")
+
+
 def test_sweep_page_single_node_explains():
     at = app("sweep", topo="dgx-a100:1")
     assert any("one host" in i.value for i in at.info)
