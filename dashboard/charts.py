@@ -476,7 +476,7 @@ def sweep_figure(sw: Sweep, current_Bps: float | None = None) -> go.Figure:
         x=[None], y=[None], mode="markers", name="hollow: hosts repeat ≥50% of the work",
         marker=dict(size=10, color="white", line=dict(color="#374151", width=2)), row=1, col=1,
     )
-    _sweep_change_bands(fig, sw)
+    _sweep_change_bands(fig, sw, x)
     if current_Bps:
         _sweep_current_line(fig, current_Bps)
     _sweep_axes(fig, x, ys)
@@ -590,8 +590,31 @@ def _sweep_own_star(fig: go.Figure, sw: Sweep) -> None:
         )
 
 
-def _sweep_change_bands(fig: go.Figure, sw: Sweep) -> None:
-    """Shade each bandwidth range (GB/s) where TAPS's plan changes, numbered ①, ② ... on top."""
+MARK_GAP_SHARE = 0.035  # change marks on one row keep this share of the x axis apart (~24 px)
+MARK_ROW_STEP = 0.13  # each further row of marks sits this share of the top plot lower
+
+
+def mark_rows(xs: list[float], gap: float) -> list[int]:
+    """A row per mark (0: the top one) such that marks on one row are at least ``gap`` apart
+    along x (any unit): left to right, each takes the first row whose last mark is far
+    enough, so close changes stack instead of printing over each other."""
+    rows = [0] * len(xs)
+    last: list[float] = []  # the x of each row's rightmost mark
+    for i in sorted(range(len(xs)), key=lambda j: xs[j]):
+        row = next((r for r, x in enumerate(last) if xs[i] - x >= gap), len(last))
+        if row == len(last):
+            last.append(xs[i])
+        last[row] = xs[i]
+        rows[i] = row
+    return rows
+
+
+def _sweep_change_bands(fig: go.Figure, sw: Sweep, x: list[float]) -> None:
+    """Shade each bandwidth range (GB/s) where TAPS's plan changes, numbered ①, ② ... on top
+    (stacked in rows where changes lie closer than a mark's width on the axis over ``x``)."""
+    centres = [math.log10(math.sqrt(c.low_Bps * c.high_Bps) / 1e9) for c in sw.changes]
+    span = math.log10(max(x) / min(x)) if x and min(x) > 0 else 1.0
+    rows = mark_rows(centres, MARK_GAP_SHARE * max(span, 1e-9))
     for i, c in enumerate(sw.changes):
         mark = CHANGE_MARKS[i] if i < len(CHANGE_MARKS) else str(i + 1)
         lo, hi = c.low_Bps / 1e9, c.high_Bps / 1e9
@@ -599,8 +622,8 @@ def _sweep_change_bands(fig: go.Figure, sw: Sweep) -> None:
             fig.add_vrect(x0=lo, x1=hi, fillcolor="#6b7280", opacity=0.25 if c.located else 0.1,
                           line_width=0, row=row, col=1)
         fig.add_annotation(  # inside the top plot, under its subplot title
-            x=math.log10(math.sqrt(lo * hi)), y=1.0, xref="x", yref="y domain", yanchor="top",
-            text=f"<b>{mark}</b>", showarrow=False, bgcolor="white",
+            x=centres[i], y=1.0 - MARK_ROW_STEP * rows[i], xref="x", yref="y domain",
+            yanchor="top", text=f"<b>{mark}</b>", showarrow=False, bgcolor="white",
             font=dict(size=15, color="#111827"),
         )
 

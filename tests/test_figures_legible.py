@@ -13,13 +13,16 @@ the rendered SVG (annotation boxes as the browser measured them, every other tex
 
 from __future__ import annotations
 
+import itertools
 import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from dashboard.charts import sweep_figure
+from dashboard.charts import mark_rows, sweep_figure
 from dashboard.graph_view import (
     BATCH,
     BETWEEN,
@@ -453,3 +456,20 @@ def test_rendered_sweep_legend_clear_of_the_axis_title(render):
     ]
     legend = [b for b in boxes if b[1] in names]
     assert title and len(legend) >= 3 and not _overlaps(title + legend)
+
+
+@given(st.lists(st.floats(min_value=-3.0, max_value=3.0), max_size=25),
+       st.floats(min_value=0.01, max_value=1.0))
+def test_change_marks_on_one_row_never_touch(xs, gap):
+    """The sweep's numbered change marks: marks sharing a row are at least the gap apart, and
+    a row is opened only when every row above has a mark too close."""
+    rows = mark_rows(xs, gap)
+    assert len(rows) == len(xs)
+    for r in set(rows):
+        on_row = sorted(x for x, q in zip(xs, rows) if q == r)
+        assert all(b - a >= gap for a, b in itertools.pairwise(on_row))
+    for x, r in zip(xs, rows):  # every row above holds a mark just left of it, too close
+        assert all(any(q == above and 0 <= x - y < gap for y, q in zip(xs, rows))
+                   for above in range(r))
+    assert mark_rows([0.0, 1.0, 2.0], 0.5) == [0, 0, 0]
+    assert mark_rows([0.0, 0.1, 0.2, 0.6], 0.5) == [0, 1, 2, 0]
