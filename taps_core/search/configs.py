@@ -44,7 +44,13 @@ from taps_core.costs.ops import Memory
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.ir.graph import MEMORY_BOUND_KINDS, OpGraph
 from taps_core.plan.records import Plan, SearchInfo
-from taps_core.search.fixed_config import FixedConfig, Layout3D, plan_fixed, resolve
+from taps_core.search.fixed_config import (
+    FixedConfig,
+    Layout3D,
+    one_stage,
+    plan_fixed,
+    resolve,
+)
 from taps_core.search.pipeline import (
     in_flight,
     layer_range,
@@ -210,7 +216,7 @@ class _Pricer:
     def stage(self, lay: Layout3D, head: bool, tail: bool, layers: int) -> _Figures:
         """Figures of a stage of ``layers`` layers (one micro-batch in flight) on the first
         hosts of this cluster."""
-        key = (lay, head, tail, layers)
+        key = (one_stage(lay), head, tail, layers)
         if key not in self._stages:
             shape = self.shapes.shape(lay, head, tail, layers, self.links)
             comm = TopologyCost(self.links.first_hosts(lay.hosts_per_stage))

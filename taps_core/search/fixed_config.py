@@ -138,6 +138,12 @@ class Layout3D:
     split: tuple[int, ...]  # layers per pipeline stage, first to last
 
 
+def one_stage(lay: Layout3D) -> Layout3D:
+    """``lay`` as each of its stages sees it: the layer split is the pipeline's, so
+    configurations that differ only there share their stages' costs (a memo key)."""
+    return replace(lay, split=()) if lay.split else lay
+
+
 def stage_split(config: FixedConfig, layers: int) -> tuple[int, ...]:
     """Layers per stage of ``config`` on a model of ``layers`` layers, as Megatron-LM lays
     them out: ``first`` and ``last`` where given, the other stages sharing the rest evenly

@@ -24,7 +24,7 @@ from taps_core.memo import LruMemo
 from taps_core.models import build_graph
 from taps_core.plan.evaluate import PricingMemo, evaluate
 from taps_core.plan.records import Plan, SearchInfo
-from taps_core.search.fixed_config import Layout3D, fixed_choices
+from taps_core.search.fixed_config import Layout3D, fixed_choices, one_stage
 from taps_core.search.pipeline import SYNC_LABELS, stage_graph
 from taps_core.search.sends import tied_shard_bytes
 
@@ -104,6 +104,7 @@ class ShapeMemo:
     def tied_bytes(self, lay: Layout3D, links: LinkModel) -> float | None:
         """Bytes per GPU the first and last stage exchange per step for a tied embedding's
         gradient (:func:`~taps_core.search.sends.tied_shard_bytes`), None without one."""
+        lay = one_stage(lay)
         if lay not in self._tied:
             one = self.micro(lay.micro_batch_size * lay.dp, 1)
             last = self._stage(lay, False, True, 1, links)[1]
@@ -128,6 +129,7 @@ class ShapeMemo:
     def _stage(
         self, lay: Layout3D, head: bool, tail: bool, layers: int, links: LinkModel
     ) -> tuple[StageShape, Plan]:
+        lay = one_stage(lay)
         key = (lay, head, tail, layers)
         if key not in self._shapes:
             stage_links = links.first_hosts(lay.hosts_per_stage)
