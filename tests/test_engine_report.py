@@ -71,3 +71,18 @@ def test_units_format():
     assert fmt_seconds(2.5e-6) == "2.5 µs"
     assert fmt_bytes(1.5e9) == "1.5 GB"
     assert fmt_bytes(12) == "12 B"
+
+
+def test_describe_names_an_uneven_layer_split():
+    """A pipeline whose first or last stage holds fewer layers says so (Megatron's
+    --decoder-first/last-pipeline-num-layers); an even one does not."""
+    from taps_core.cluster.presets import preset
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.search.fixed_config import parse_fixed, plan_fixed
+
+    graph = build_graph(load_model_config("gpt2").with_workload(batch_size=16))
+    topo = preset("dgx-a100:2")
+    uneven = plan_fixed(graph, topo, parse_fixed("tp=4,pp=2,mbs=1,first=8,last=4"))
+    even = plan_fixed(graph, topo, parse_fixed("tp=4,pp=2,mbs=1"))
+    assert "2 pipeline stages x 8 micro-batches (layers 8/4, bubble " in describe(uneven)
+    assert "2 pipeline stages x 8 micro-batches (bubble " in describe(even)

@@ -220,8 +220,10 @@ def levers_words(plan: Plan) -> list[str]:
                 " and gradients" if stage == 2 else "")))
     if plan.pipeline is not None:
         pi = plan.pipeline
+        split = pi.layer_split  # uneven splits named (a first or last stage lighter)
+        layers = f"layers {'/'.join(map(str, split))}, " if len(set(split)) > 1 else ""
         out.insert(0, f"{len(pi.stages)} pipeline stages x {pi.microbatches} micro-batches "
-                      f"(bubble {100 * pi.bubble_fraction:.0f}%)")
+                      f"({layers}bubble {100 * pi.bubble_fraction:.0f}%)")
     elif plan.microbatches > 1:
         out.append(f"{plan.microbatches} micro-batches")
     return out
