@@ -54,7 +54,6 @@ from taps_core.search.fixed_config import (
 from taps_core.search.pipeline import (
     in_flight,
     layer_range,
-    one_f_one_b_busy,
 )
 from taps_core.search.stage_shapes import shape_memo, sums_seconds
 
@@ -278,20 +277,28 @@ class _Pricer:
         """The configuration's step and memory (raises InvalidInputError when it does not
         divide the model)."""
         lay = resolve(config, self.graph, self.topology, self.mode)
-        p, m = lay.pp, lay.microbatches
-        if p == 1:
+        if lay.pp == 1:
             f = self.figures(lay, True, True, self.layers)
             return Priced(config, f.time_s, f.memory.total)
-        stages = [self.figures(lay, i == 0, i == p - 1, n) for i, n in enumerate(lay.split)]
+        steps, memory = self.priced_splits(lay, np.array([lay.split]))
+        return Priced(config, float(steps[0]), float(memory[0]))
+
+    def priced_splits(self, lay: Layout3D, splits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The 1F1B step (seconds) and the fullest stage's memory (bytes per device) of the
+        pipelined ``lay`` at each row of ``splits`` ([n, pp] layers per stage), all at once:
+        each stage's figures (:meth:`figure_rows`) and sends, the tied exchange on the first
+        and last stage, the micro-batches each stage holds in flight."""
+        p, m = lay.pp, lay.microbatches
+        kinds = ["f"] + ["m"] * (p - 2) + ["l"]
+        rows = {k: self.figure_rows(lay, k, int(splits.max())) for k in set(kinds)}
+        # [4, n, p]: own time, sync, memory, activations of every stage of every split
+        figs = np.stack([rows[k][:, splits[:, i] - 1] for i, k in enumerate(kinds)], axis=2)
         sends, tied = self.stage_sends(lay)
-        per_mb = [(f.time_s - f.sync_s) / m + s for f, s in zip(stages, sends)]
-        sync = [f.sync_s + (tied if i in (0, p - 1) else 0.0) for i, f in enumerate(stages)]
-        step = one_f_one_b_busy(per_mb, m) + max(sync)
-        memory = max(
-            f.memory.total + (in_flight(i, p, m) - 1) * f.memory.activations
-            for i, f in enumerate(stages)
-        )
-        return Priced(config, step, memory)
+        per_mb = figs[0] / m + np.array(sends)
+        sync = figs[1] + np.where(np.isin(np.arange(p), (0, p - 1)), tied, 0.0)
+        steps = (m - 1) * per_mb.max(axis=1) + per_mb.sum(axis=1) + sync.max(axis=1)
+        held = np.array([in_flight(i, p, m) - 1 for i in range(p)])
+        return steps, (figs[2] + held * figs[3]).max(axis=1)
 
     def stage_sends(self, lay: Layout3D) -> tuple[list[float], float]:
         """Each stage's seconds of boundary sends per micro-batch (forward out, gradient back)
@@ -318,51 +325,29 @@ class _Pricer:
     def best_split(self, config: FixedConfig, limit_bytes: float) -> tuple[Priced, bool]:
         """``config`` (no ``first``/``last`` given) at the fastest layer split Megatron-LM
         accepts that fits ``limit_bytes``: its even split, or any counts of the first and last
-        stage with the others sharing the rest evenly (every split priced at once, in
-        arrays). Ties keep the even split. Also returns whether the fastest split regardless
-        of memory fits (then recomputing more cannot help). The least memory when none fits."""
+        stage with the others sharing the rest evenly (every split priced at once,
+        :meth:`priced_splits`). Ties keep the even split. Also returns whether the fastest
+        split regardless of memory fits (then recomputing more cannot help). The least memory
+        when none fits."""
         even = self.price(config)
         lay = resolve(config, self.graph, self.topology, self.mode)
-        p, m, layers = lay.pp, lay.microbatches, self.layers
-        if p == 1:
+        splits = uneven_splits(self.layers, lay.pp) if lay.pp > 1 else np.zeros((0, 1), int)
+        if not len(splits):
             return even, True
-        firsts, lasts, middles = uneven_splits(layers, p)
-        if not len(firsts):
-            return even, True
-        figs = {kind: self.figure_rows(lay, kind, layers - p + 1) for kind in ("f", "m", "l")}
-        sends, tied = self.stage_sends(lay)
-        f, mid, last = figs["f"], figs["m"], figs["l"]
-        a_first = f[0][firsts - 1] / m + sends[0]
-        a_last = last[0][lasts - 1] / m + sends[-1]
-        inner = sends[1:-1]
-        a_mid = mid[0][middles - 1] / m if inner else np.zeros(len(firsts))
-        paced = np.maximum(a_first, a_last)
-        if inner:
-            paced = np.maximum(paced, a_mid + max(inner))
-        total = a_first + a_last + (len(inner) * a_mid + sum(inner))
-        sync = np.maximum(f[1][firsts - 1], last[1][lasts - 1]) + tied
-        if inner:
-            sync = np.maximum(sync, mid[1][middles - 1])
-        steps = (m - 1) * paced + total + sync
-        memory = np.maximum(f[2][firsts - 1] + (in_flight(0, p, m) - 1) * f[3][firsts - 1],
-                            last[2][lasts - 1] + (in_flight(p - 1, p, m) - 1) * last[3][lasts - 1])
-        if inner:
-            memory = np.maximum(memory, mid[2][middles - 1]
-                                + (in_flight(1, p, m) - 1) * mid[3][middles - 1])
+        steps, memory = self.priced_splits(lay, splits)
         fit = memory <= limit_bytes * (1 + FIT_TOLERANCE)
+        even_fits = even.memory_bytes <= limit_bytes * (1 + FIT_TOLERANCE)
         fastest = int(np.argmin(steps))
-        free_fits = bool(even.memory_bytes <= limit_bytes * (1 + FIT_TOLERANCE)
-                         if even.step_s <= steps[fastest] else fit[fastest])
+        free_fits = bool(even_fits if even.step_s <= steps[fastest] else fit[fastest])
+
+        def at(i: int) -> Priced:
+            return self.price(replace(config, first=int(splits[i, 0]), last=int(splits[i, -1])))
+
         if fit.any():
             i = int(np.argmin(np.where(fit, steps, np.inf)))
-            if not even.memory_bytes <= limit_bytes * (1 + FIT_TOLERANCE) or (
-                    steps[i] < even.step_s * (1 - 1e-12)):
-                return self.price(replace(config, first=int(firsts[i]),
-                                          last=int(lasts[i]))), free_fits
-            return even, free_fits
-        i = int(np.argmin(memory))
-        lean = self.price(replace(config, first=int(firsts[i]), last=int(lasts[i])))
-        return min((even, lean), key=lambda pr: pr.memory_bytes), False
+            better = not even_fits or steps[i] < even.step_s * (1 - 1e-12)
+            return (at(i) if better else even), free_fits
+        return min((even, at(int(np.argmin(memory)))), key=lambda pr: pr.memory_bytes), False
 
     def figure_rows(self, lay: Layout3D, kind: str, most: int) -> np.ndarray:
         """Rows [time without sync, sync, memory, activations] of a first ("f"), middle ("m")
@@ -388,25 +373,20 @@ class _Pricer:
 
 
 @lru_cache(maxsize=256)
-def uneven_splits(layers: int, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def uneven_splits(layers: int, p: int) -> np.ndarray:
     """Every split of ``layers`` over ``p`` >= 2 stages that Megatron-LM's
     ``--decoder-first/last-pipeline-num-layers`` express, but the one with every stage alike:
-    the first and last stage's counts (>= 1) and the middle stages' shared count (>= 1; 1 and
-    unused with two stages), as read-only arrays."""
+    rows [first, middle x (p - 2), last] of layers per stage (each >= 1), a read-only array."""
     out = []
     for mid in range(1, layers) if p > 2 else [0]:
         rest = layers - mid * (p - 2)
         for first in range(1, rest):
             last = rest - first
             if not (first == last == mid or (p == 2 and first == last)):
-                out.append((first, last, mid))
-    if not out:
-        return np.zeros(0, int), np.zeros(0, int), np.zeros(0, int)
-    firsts, lasts, middles = (np.array(c) for c in zip(*out))
-    middles = np.maximum(middles, 1)
-    for a in (firsts, lasts, middles):
-        a.flags.writeable = False  # shared by the memo
-    return firsts, lasts, middles
+                out.append((first, *[mid] * (p - 2), last))
+    splits = np.array(out, dtype=int).reshape(len(out), p)
+    splits.flags.writeable = False  # shared by the memo
+    return splits
 
 
 def price_whole(
