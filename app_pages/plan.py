@@ -330,8 +330,9 @@ def your_configuration(ctx: state.Context, plan: Plan) -> None:
         # counts, pp 1 any host count), not one cluster's numbers (dp=24 meant 1536 GPUs)
         placeholder="e.g. tp=2,pp=1,mbs=1,recompute=full,zero=1",
         max_chars=8000,
-        help="A Megatron-style configuration (keys tp, pp, dp, mbs, sp, recompute, zero, and "
-        "first / last: the layers of the first / last pipeline stage), "
+        help="A Megatron-style configuration (keys tp, pp, dp, mbs, sp, recompute "
+        "(none, selective or full), zero, and first / last: the layers of the first / last "
+        "pipeline stage), "
         "or paste Megatron-LM's arguments (--tensor-model-parallel-size 8 ...) or a DeepSpeed "
         "config (JSON): priced exactly by the same cost model as the plan",
     ).strip()

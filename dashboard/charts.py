@@ -169,6 +169,8 @@ def lever_labels(plan: Plan) -> list[str]:
     layers = len({op.layer for op in plan.ops if op.layer is not None})
     if plan.recomputed_layers:
         out.append(f"recompute {plan.recomputed_layers}/{layers} layers")
+    if plan.selective_layers:
+        out.append(f"selective recompute {plan.selective_layers}/{layers} layers")
     if plan.microbatches > 1:
         out.append(f"{plan.microbatches} micro-batches")
     if plan.flash_attention:
@@ -195,6 +197,12 @@ def lever_notes(plan: Plan) -> list[str]:
         out.append(
             f"Recomputation: {plan.recomputed_layers} of {layers} layers keep only "
             "their input for backward and run their forward again."
+        )
+    if plan.selective_layers:
+        layers = len({op.layer for op in plan.ops if op.layer is not None})
+        out.append(
+            f"Selective recomputation: {plan.selective_layers} of {layers} layers keep no "
+            "attention scores and run their attention core again in backward."
         )
     pi = plan.pipeline
     if pi is not None:
@@ -225,6 +233,9 @@ def lever_effects(plan: Plan) -> dict[str, str]:
             out.setdefault(part, []).append(f"sharded by ZeRO-{zero}")
     if plan.recomputed_layers:
         out.setdefault("activations", []).append(f"{plan.recomputed_layers} layers recomputed")
+    if plan.selective_layers:
+        out.setdefault("activations", []).append(
+            f"attention scores recomputed in {plan.selective_layers} layers")
     if plan.microbatches > 1:
         out.setdefault("activations", []).append(f"per micro-batch, {plan.microbatches} a step")
     if plan.flash_attention:

@@ -100,7 +100,8 @@ def layer_groups(plan: Plan, graph: OpGraph) -> LayerGroups:
         if op.layer is not None:
             shape = graph.tensors[graph.op_by_name[op.name].output].shape
             sig.setdefault(op.layer, []).append(
-                (relative[op.name], op.strategy.label(), shape, op.zero, op.recompute, op.stage)
+                (relative[op.name], op.strategy.label(), shape, op.zero, op.recompute,
+                 op.selective, op.stage)
             )
     if len({tuple(ops) for ops in sig.values()}) > MAX_STAGE_BLOCKS:
         sig = {layer: [k[:-1] for k in ops] for layer, ops in sig.items()}
@@ -383,6 +384,7 @@ def _hover(
         + ("" if across is None else f"; across hosts: {across}"),
         f"ZeRO-{op.zero}"
         + (", layer recomputed in backward" if op.recompute else "")
+        + (", attention core recomputed in backward" if op.selective else "")
         + (f", pipeline stage(s) {_ranges(stages)}" if stages else ""),
         f"compute {fmt_seconds(op.compute_s)}, comm {fmt_seconds(op.comm_time_s)} "
         f"({fmt_bytes(op.comm_bytes)})" + (" per layer" if copies > 1 else ""),
@@ -786,7 +788,7 @@ def op_rows(
             "in words": strategy_words(op.strategy),
             "sharding": split_words(op, hosts.get(op.stage, plan.nodes)),
             "ZeRO": op.zero,
-            "recompute": "yes" if op.recompute else "",
+            "recompute": "full" if op.recompute else "selective" if op.selective else "",
             "compute (ms)": op.compute_s * 1e3,
             "comm (ms)": op.comm_time_s * 1e3,
             "comm (MB)": op.comm_bytes / 1e6,

@@ -440,7 +440,8 @@ def op_table(rows: list[dict], *, extra: tuple[str, ...] = ()) -> None:
                 "3 + parameters sharded over the GPUs that hold copies",
             ),
             "recompute": st.column_config.TextColumn(
-                width="small", help="The op's layer runs its forward again in backward"
+                width="small", help="full: the op's layer runs its forward again in backward; "
+                "selective: only its attention core does (no attention scores kept)"
             ),
             "compute (ms)": number(format="%.4g", width="small"),
             "comm (ms)": number(format="%.4g", width="small"),

@@ -131,6 +131,36 @@ def test_activation_memory_follows_korthikanti():
     assert again == pytest.approx(keep * 4 / 3)
 
 
+def test_selective_recomputation_drops_the_scores_and_reruns_the_attention_core():
+    """Korthikanti et al. 2022, selective: a layer keeps 34*s*b*h bytes (the 5*a*s^2*b of
+    attention scores re-created in backward, one layer at a time), and only the attention
+    core's forward (QK^T and scores x V: 4*s^2*h FLOPs per sample) runs again."""
+    s, h, a = 256, 1024, 16
+    graph = _graph(
+        "gpt3-175b", num_hidden_layers=2, hidden_size=h, num_attention_heads=a,
+        intermediate_size=4 * h, batch_size=8, seq_length=s,
+    )
+    dp = Strategy((), (("b", 8),))
+    topo = preset("dgx-a100:1")
+    kept = _evaluate(graph, topo, "train", _everyone(graph, dp))
+    sel = _evaluate(graph, topo, "train", _everyone(graph, dp, selective=True))
+    assert sum(op.memory.activations for op in sel.ops if op.layer == 1) == pytest.approx(
+        34 * s * h
+    )
+    assert sel.memory.transient == pytest.approx(5 * a * s * s)  # one layer's scores
+    assert sel.selective_layers == 2 and sel.recomputed_layers == 0
+    for k, c in zip(kept.ops, sel.ops, strict=True):
+        if k.kind == "attention":
+            assert c.compute_s == pytest.approx(k.compute_s * 4 / 3)
+            assert c.selective
+        else:
+            assert c.compute_s == k.compute_s
+    core = next(op for op in kept.ops if op.kind == "attention")
+    flops = 4 * s * s * h * 1  # one sample per GPU
+    rate = topo.gpu.peak_flops * topo.compute_efficiency
+    assert core.compute_s / 3 == pytest.approx(flops / rate, rel=1e-6)
+
+
 def test_zero_stages_shard_state_over_the_data_parallel_group():
     graph = _graph("mlp-2layer", batch_size=8, seq_length=64)
     topo = preset("dgx-a100:1")

@@ -54,7 +54,7 @@ def test_relaxation_prices_every_plan_at_most_its_cost_with_its_exact_memory(
         cols = real.strategies.get(n, real.layouts.get(n))
         idx = _index(cols, base.strategies.get(n, base.layouts.get(n)))
         assert relaxed.option_zero[n] == real.option_zero[n]
-        for rc in (False, True):
+        for rc in real.variant_keys:
             want_t, want_m = real.option_time[n][rc], real.option_memory[n][rc]
             got_t, got_m = relaxed.option_time[n][rc][idx], relaxed.option_memory[n][rc][idx]
             finite = np.isfinite(want_t)
@@ -94,7 +94,7 @@ def test_relaxation_only_to_a_multiple():
         problem.relaxed(4, through=2)
 
 
-@pytest.mark.parametrize("frac", [0.35, 0.55, 0.8])
+@pytest.mark.parametrize("frac", [0.4, 0.5, 0.8])
 def test_pruning_counts_by_relaxation_changes_no_plan(frac, monkeypatch):
     """The same plan, time, proof and bound with and without the relaxation, and fewer
     problems built with it where the memory limit binds."""
@@ -140,13 +140,14 @@ def test_builds_sharing_a_memo_equal_builds_alone():
                                activation_copies=copies, memo=memo)
         alone = build_problem(graph, t, "train", comm, microbatches=k, activation_copies=copies)
         for n in alone.option_time:
-            for rc in (False, True):
+            for rc in alone.variant_keys:
                 assert np.allclose(shared.option_time[n][rc], alone.option_time[n][rc],
                                    rtol=1e-12, atol=0), n
                 assert np.array_equal(shared.option_memory[n][rc], alone.option_memory[n][rc])
         for mine, theirs in zip(shared.edges, alone.edges, strict=True):
             assert np.allclose(mine.keep, theirs.keep, rtol=1e-12, atol=1e-18)
-            assert np.allclose(mine.recompute, theirs.recompute, rtol=1e-12, atol=1e-18)
+            for rc in alone.variant_keys:
+                assert np.allclose(mine.matrix(rc), theirs.matrix(rc), rtol=1e-12, atol=1e-18)
     assert memo.op_tables  # filled once, used by every build after
     other = preset("dgx-a100:1")
     with pytest.raises(ValueError, match="another topology"):
@@ -154,29 +155,32 @@ def test_builds_sharing_a_memo_equal_builds_alone():
 
 
 def test_memory_weight_zero_solves_the_kept_variant_only_when_recomputing_never_wins():
-    """At memory weight 0 the recomputed variant is skipped only when it is checked to cost at
-    least as much everywhere; a problem where recomputing were faster still solves both."""
+    """At memory weight 0 the recomputed variants are skipped only when they are checked to
+    cost at least as much everywhere; a problem where recomputing were faster still solves
+    every variant (kept, selective, full: the model keeps attention scores)."""
     from dataclasses import replace as dc_replace
 
     from taps_core.search.layered import solve_problem, variants
+    from taps_core.search.problem import FULL, KEPT, SELECTIVE
     from taps_core.solver import solve
 
     t = preset("dgx-a100:1")
     problem = build_problem(_graph(8, layers=4), t, "train", TopologyCost(LinkModel(t)))
     assert problem.recompute_never_faster
-    assert variants(problem, memory_weight=0.0) == (False,)
-    assert variants(problem, memory_weight=1e-12) == (False, True)
-    both = min(solve(problem.cost_graph(0.0, recompute=rc)).cost for rc in (False, True))
-    assert solve_problem(problem, 0.0).cost == pytest.approx(both, rel=1e-12)
-    # recomputing made cheaper than keeping (not a real cost model): both variants solved
-    cheaper = {n: {False: v[False], True: v[True] * 0.5} if problem.layer[n] is not None else v
+    assert variants(problem, memory_weight=0.0) == (KEPT,)
+    assert variants(problem, memory_weight=1e-12) == (KEPT, SELECTIVE, FULL)
+    every = min(solve(problem.cost_graph(0.0, recompute=rc)).cost
+                for rc in (KEPT, SELECTIVE, FULL))
+    assert solve_problem(problem, 0.0).cost == pytest.approx(every, rel=1e-12)
+    # recomputing made cheaper than keeping (not a real cost model): every variant solved
+    cheaper = {n: {**v, FULL: v[FULL] * 0.5} if problem.layer[n] is not None else v
                for n, v in problem.option_time.items()}
     odd = dc_replace(problem, option_time=cheaper)
     assert not odd.recompute_never_faster
-    assert variants(odd, memory_weight=0.0) == (False, True)
+    assert variants(odd, memory_weight=0.0) == (KEPT, SELECTIVE, FULL)
     sol = solve_problem(odd, 0.0)
-    assert sol.cost == pytest.approx(solve(odd.cost_graph(0.0, recompute=True)).cost, rel=1e-12)
-    assert sol.recompute and all(sol.recompute.values())
+    assert sol.cost == pytest.approx(solve(odd.cost_graph(0.0, recompute=FULL)).cost, rel=1e-12)
+    assert sol.recompute and all(v == FULL for v in sol.recompute.values())
 
 
 def test_structure_memo_is_shared_by_derived_problems_of_the_same_structure_only():

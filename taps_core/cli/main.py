@@ -117,9 +117,9 @@ def _parser() -> argparse.ArgumentParser:
                 "--fixed",
                 metavar="SPEC",
                 help='price exactly this Megatron-style configuration instead of searching, '
-                'e.g. "tp=8,pp=8,dp=24,mbs=1,recompute=full,zero=1,sp=1" (first=N / last=N: '
-                'the layers of the first / last pipeline stage, as Megatron-LM\'s '
-                '--decoder-first/last-pipeline-num-layers)',
+                'e.g. "tp=8,pp=8,dp=24,mbs=1,recompute=full,zero=1,sp=1" (recompute: none, '
+                'selective or full; first=N / last=N: the layers of the first / last pipeline '
+                'stage, as Megatron-LM\'s --decoder-first/last-pipeline-num-layers)',
             )
             q.add_argument(
                 "--fixed-from",

@@ -111,6 +111,9 @@ class OpCost:
     boundary_bytes: float  # of which inputs from outside the layer (kept under recomputation)
     kv_cache_bytes: float
     workspace_bytes: float  # inference: this op's share of one layer's working set
+    # of ``saved_bytes``: attention scores (softmax, dropout) that selective recomputation
+    # re-creates in backward instead of keeping (Korthikanti et al. 2022)
+    scores_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,7 @@ def op_cost(
             fwd += [("stats", p) for p in stats]
             bwd += [("stats bwd", p) for p in stats]  # two more per-row sums in backward
     weights: list[WeightShard] = []
-    saved = boundary = kv = 0.0
+    saved = boundary = kv = scores_kept = 0.0
     leader = graph.siblings.get(op.name, (op.name,))[0] == op.name
     for pos, (letters, tname) in enumerate(zip(op.input_letters, op.inputs)):
         t = graph.tensors[tname]
@@ -272,7 +275,8 @@ def op_cost(
     if op.score_bytes:
         sizes = graph.dim_sizes(op)
         scores = sizes["b"] * sizes["n"] * sizes["s"] * graph.tensors[op.inputs[1]].shape[1]
-        saved += op.score_bytes * scores / math.prod(s.factor(ch) for ch in "bns")
+        scores_kept = op.score_bytes * scores / math.prod(s.factor(ch) for ch in "bns")
+        saved += scores_kept
     layers = max(1, graph.num_layers)
     workspace = out_local / (layers if op.layer is not None else 1)
     return OpCost(
@@ -284,6 +288,7 @@ def op_cost(
         boundary if train else 0.0,
         0.0 if train else kv,
         0.0 if train else workspace,
+        scores_kept if train else 0.0,
     )
 
 
@@ -350,30 +355,42 @@ def weight_memory(w: WeightShard, mode: str, zero: int) -> Memory:
     )
 
 
+def reruns_forward(op: OpSpec, recompute: bool, selective: bool) -> bool:
+    """Whether ``op``'s forward runs again in backward: every op of a recomputed layer, and
+    under selective recomputation the ops that keep attention scores (the attention core)."""
+    return recompute or (selective and op.score_bytes > 0)
+
+
 def op_option(
     cost: OpCost,
     mode: str,
     *,
     zero: int = 0,
     recompute: bool = False,
+    selective: bool = False,
     microbatches: int = 1,
     activation_copies: int = 1,
     seconds: Callable[[Phase], float] | None = None,
 ) -> OptionCost:
     """An op's step cost with its levers: ZeRO ``zero``, ``recompute`` (the layer's forward is
-    re-run in backward: 4 passes, forward collectives twice, only the layer input kept) and
-    ``microbatches`` (costs were built for one micro-batch; the step runs that many)."""
+    re-run in backward: 4 passes, forward collectives twice, only the layer input kept),
+    ``selective`` (selective recomputation: only an op that keeps attention scores re-runs,
+    keeping its inputs but not the scores) and ``microbatches`` (costs were built for one
+    micro-batch; the step runs that many)."""
     k = microbatches
     train = mode == "train"
-    passes = (4.0 if recompute else 3.0) if train else 1.0
+    again = train and (recompute or (selective and cost.scores_bytes > 0))
+    passes = (4.0 if again else 3.0) if train else 1.0
     compute = passes * cost.compute_fwd_s * k
     phases: list[tuple[str, Phase]] = [(lbl, scaled(p, k)) for lbl, p in cost.fwd]
-    if recompute:
+    if again:
         phases += [(f"recompute {lbl}", scaled(p, k)) for lbl, p in cost.fwd]
     phases += [(lbl, scaled(p, k)) for lbl, p in cost.bwd]
+    kept = cost.saved_bytes
+    if again:
+        kept = cost.boundary_bytes if recompute else cost.saved_bytes - cost.scores_bytes
     memory = Memory(
-        activations=activation_copies * (cost.boundary_bytes if recompute else cost.saved_bytes)
-        + cost.workspace_bytes,
+        activations=activation_copies * kept + cost.workspace_bytes,
         kv_cache=cost.kv_cache_bytes,
     )
     for w in cost.weights:
@@ -382,7 +399,7 @@ def op_option(
     comm = 0.0
     if seconds is not None:
         comm = sum(seconds(p) for _, p in phases)
-    remat = cost.saved_bytes - cost.boundary_bytes if recompute and train else 0.0
+    remat = cost.saved_bytes - kept if again else 0.0
     return OptionCost(
         compute + comm, compute, memory, tuple(phases), gathered_bytes(cost, mode, zero), remat
     )

@@ -52,7 +52,7 @@ def to_deepspeed(view: PlanView, wl: Workload) -> Export:
         "zero_optimization": {"stage": z},
     }
     cfg.update(_deepspeed_dtype(c))
-    if view.recomputed_layers:
+    if view.recomputed_layers or view.selective_layers:
         cfg["activation_checkpointing"] = {
             "partition_activations": False,
             "contiguous_memory_optimization": False,
@@ -62,6 +62,12 @@ def to_deepspeed(view: PlanView, wl: Workload) -> Export:
             f"recompute layers {_ranges(view.recomputed_layers)}: wrap those blocks' "
             "forward in deepspeed.checkpointing.checkpoint (the config section only "
             "configures it)"
+        )
+    if view.selective_layers:
+        notes.append(
+            f"recompute the attention core of layers {_ranges(view.selective_layers)} "
+            "(selective recomputation, which DeepSpeed's config has no setting for): wrap "
+            "softmax(QK^T)V of those blocks in deepspeed.checkpointing.checkpoint"
         )
     notes.append(
         f"data-parallel size {g.dp}: train_batch_size = micro x accumulation x {g.dp} GPUs"

@@ -169,6 +169,8 @@ def to_dtensor_styles(view: PlanView, wl: Workload) -> Export:
         "micro_batches": k,
         "micro_batch_size_per_replica": micro,
         "recompute_layers": view.recomputed_layers,
+        # layers whose attention core (softmax(QK^T)V) alone is recomputed (selective)
+        "selective_recompute_layers": view.selective_layers,
         "notes": [],
     }
     if wl.family in ("gpt2", "gpt3"):
@@ -412,6 +414,8 @@ def dtensor_python(data: dict[str, Any]) -> str:
         "# the logits stay vocabulary-sharded: compute the loss under loss_parallel()",
         f"LOSS_PARALLEL = {data['loss_parallel']!r}",
         f"RECOMPUTE_LAYERS = {data['recompute_layers']!r}",
+        "# checkpoint only the attention core (softmax(QK^T)V) of these layers (selective)",
+        f"SELECTIVE_RECOMPUTE_LAYERS = {data.get('selective_recompute_layers', [])!r}",
         "",
         "",
         'def build_mesh(device_type: str = "cuda") -> DeviceMesh:',

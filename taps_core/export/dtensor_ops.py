@@ -273,6 +273,9 @@ def to_dtensor_ops(view: PlanView, wl: Workload, why_not_styles: str) -> Export:
     if view.recomputed_layers:
         notes.append(f"recompute layers {view.recomputed_layers} with "
                      "torch.utils.checkpoint (activation checkpointing)")
+    if view.selective_layers:
+        notes.append(f"recompute the attention core (softmax(QK^T)V) of layers "
+                     f"{view.selective_layers} with torch.utils.checkpoint (selective)")
     data: dict[str, Any] = {
         "format": "dtensor",
         "style": "per-op placements",

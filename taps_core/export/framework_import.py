@@ -151,12 +151,7 @@ def _megatron_config(flags: dict[str, str], batch: int | None) -> FixedConfig:
     if granularity not in (None, "full", "selective"):
         raise InvalidInputError("--fixed-from --recompute-granularity", granularity,
                                 "full or selective")
-    if granularity == "selective":
-        raise InvalidInputError(
-            "--fixed-from --recompute-granularity", "selective",
-            "full or absent (selective recomputation is not a lever of --fixed)",
-        )
-    if granularity is None and ("--recompute-method" in flags or
+    if granularity != "full" and ("--recompute-method" in flags or
                                 "--recompute-num-layers" in flags):
         raise InvalidInputError("--fixed-from --recompute-method", flags.get(
             "--recompute-method", flags.get("--recompute-num-layers")),
@@ -178,7 +173,7 @@ def _megatron_config(flags: dict[str, str], batch: int | None) -> FixedConfig:
     zero = 3 if fsdp else 1 if "--use-distributed-optimizer" in flags else 0
     return FixedConfig(
         tp=tp, pp=pp, mbs=mbs, sp="--sequence-parallel" in flags,
-        recompute="full" if granularity == "full" else "none", zero=zero,
+        recompute=granularity or "none", zero=zero,
         first=count("--decoder-first-pipeline-num-layers"),
         last=count("--decoder-last-pipeline-num-layers"),
     )

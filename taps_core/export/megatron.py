@@ -183,6 +183,21 @@ def _megatron_levers(
                      "without gradient-accumulation fusion (validate_args refuses the two "
                      "together); leave CUDA_DEVICE_MAX_CONNECTIONS unset (FSDP2 needs it > 1)")
     done, total = recompute_per_stage(view)
+    selective = view.selective_layers
+    if selective and any(done):
+        raise NotExpressibleError(
+            f"the plan recomputes some layers fully and the attention core of others: {fw}'s "
+            "--recompute-granularity is one setting for every layer"
+        )
+    if selective:
+        args += ["--recompute-granularity", "selective"]
+        layers = sorted({o.layer for o in view.ops if o.layer is not None})
+        if len(selective) < len(layers):
+            notes.append(
+                f"the plan recomputes the attention core of layers {_ranges(selective)} only; "
+                f"{fw}'s selective granularity recomputes every layer's (a little more compute, "
+                "less memory than planned)"
+            )
     if any(done):
         if done == total:
             args += [

@@ -25,6 +25,7 @@ class OpSplit:
     zero: int
     recompute: bool
     stage: int | None = None
+    selective: bool = False  # the layer's attention core recomputed (selective recomputation)
 
     def batch_ways(self) -> tuple[int, int]:
         """(across nodes, inside a node) ways of the batch split."""
@@ -105,6 +106,11 @@ class PlanView:
     @property
     def recomputed_layers(self) -> list[int]:
         return sorted({o.layer for o in self.ops if o.recompute and o.layer is not None})
+
+    @property
+    def selective_layers(self) -> list[int]:
+        """Layers whose attention core alone is recomputed (selective recomputation)."""
+        return sorted({o.layer for o in self.ops if o.selective and o.layer is not None})
 
 
 def field_of(obj: Any, key: str, where: str, kind: type | tuple[type, ...], expected: str) -> Any:
@@ -210,6 +216,7 @@ def read_plan(data: Any, label: str | None = None) -> PlanView:
                 zero=zero,
                 recompute=raw.get("recompute") is True,
                 stage=stage,
+                selective=raw.get("selective_recompute") is True,
             )
         )
     micro = levers.get("microbatches", 1)

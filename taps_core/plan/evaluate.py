@@ -17,7 +17,7 @@ import numpy as np
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import Phase, TopologyCost, VolumeCost
-from taps_core.costs.ops import Memory, OpCost, op_cost, op_option, scaled
+from taps_core.costs.ops import Memory, OpCost, op_cost, op_option, reruns_forward, scaled
 from taps_core.costs.reshard import convert_phases, plain
 from taps_core.ir.graph import OpGraph
 from taps_core.ir.strategies import Strategy, reader_layouts
@@ -68,7 +68,8 @@ def _input_key(graph: OpGraph, choice: dict[str, OpChoice], name: str, k: int) -
             deps.append(None if owner is None else choice[owner].strategy)
         else:
             deps.append(None)
-    return (name, own.strategy, own.recompute, k, tuple(deps))
+    again = reruns_forward(graph.op_by_name[name], own.recompute, own.selective)
+    return (name, own.strategy, again, k, tuple(deps))
 
 
 def _as_choice(c: Strategy | OpChoice) -> OpChoice:
@@ -84,7 +85,7 @@ def op_input_phases(
     microbatches: int = 1,
 ) -> list[tuple[str, Phase]]:
     """Conversions an op pays for its inputs: each produced input into the layout the op reads
-    (twice when its layer is recomputed) and, in training, the input's gradient back to the
+    (twice when its forward re-runs in backward) and, in training, the input's gradient back to the
     producer's layout; a tied weight's reshard and gradient hand-back. Sibling ops share the
     leader's conversions (see :attr:`~taps_core.ir.graph.OpGraph.siblings`)."""
     op = graph.op_by_name[name]
@@ -100,8 +101,8 @@ def op_input_phases(
             pop = graph.op_by_name[producer]
             src = choice[producer].strategy.output_layout(pop)
             wanted, grads = reader_layouts(op, pos, [own.strategy])
-            times = k * (2 if own.recompute and op.layer is not None and pop.layer == op.layer
-                         else 1)
+            again = reruns_forward(op, own.recompute, own.selective)
+            times = k * (2 if again and op.layer is not None and pop.layer == op.layer else 1)
             fwd = convert_phases(t.nbytes, src, wanted[0], gpus_per_node)
             out += [(f"reshard {tname}", scaled(p, times)) for p in fwd]
             if train:
@@ -166,8 +167,8 @@ def evaluate(
         if cost is None:
             cost = memo.op_costs[key] = op_cost(graph, op, c.strategy, topology, mode)
         opt = op_option(
-            cost, mode, zero=c.zero, recompute=c.recompute, microbatches=microbatches,
-            activation_copies=activation_copies,
+            cost, mode, zero=c.zero, recompute=c.recompute, selective=c.selective,
+            microbatches=microbatches, activation_copies=activation_copies,
         )
         phases = list(opt.phases)
         ikey = _input_key(graph, full, op.name, microbatches)
@@ -204,6 +205,7 @@ def evaluate(
                 opt.memory,
                 c.zero,
                 c.recompute,
+                selective=c.selective,
             )
         )
     # one layer (or op outside the layers) at a time holds its transient buffers

@@ -12,11 +12,14 @@ from taps_core.ir.strategies import Strategy
 
 @dataclass(frozen=True)
 class OpChoice:
-    """What the plan does with one op: its sharding, ZeRO stage and layer recomputation."""
+    """What the plan does with one op: its sharding, ZeRO stage and its layer's recomputation
+    (``recompute``: the whole layer re-runs in backward; ``selective``: only the attention
+    core does, its scores not kept)."""
 
     strategy: Strategy
     zero: int = 0
     recompute: bool = False
+    selective: bool = False
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class OpPlan:
     zero: int = 0
     recompute: bool = False
     stage: int | None = None  # pipeline stage (None without pipelining)
+    selective: bool = False  # the layer's attention core re-runs in backward (scores not kept)
 
 
 @dataclass(frozen=True)
@@ -191,12 +195,18 @@ class Plan:
     @property
     def choices(self) -> dict[str, OpChoice]:
         """Every op's full choice (strategy, ZeRO stage, recomputation), to re-evaluate."""
-        return {op.name: OpChoice(op.strategy, op.zero, op.recompute) for op in self.ops}
+        return {op.name: OpChoice(op.strategy, op.zero, op.recompute, op.selective)
+                for op in self.ops}
 
     @property
     def recomputed_layers(self) -> int:
         """Layers whose forward is recomputed in backward."""
         return len({op.layer for op in self.ops if op.recompute and op.layer is not None})
+
+    @property
+    def selective_layers(self) -> int:
+        """Layers whose attention core alone is recomputed in backward (selective)."""
+        return len({op.layer for op in self.ops if op.selective and op.layer is not None})
 
 
 @dataclass(frozen=True)

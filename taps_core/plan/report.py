@@ -65,6 +65,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
             "microbatches": plan.microbatches,
             "flash_attention": plan.flash_attention,
             "recomputed_layers": plan.recomputed_layers,
+            "selective_recompute_layers": plan.selective_layers,
             "zero_stages": sorted({op.zero for op in plan.ops}),
         },
         "ops": [
@@ -76,6 +77,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
                 "sharding": sharding_class(op),
                 "zero_stage": op.zero,
                 "recompute": op.recompute,
+                "selective_recompute": op.selective,
                 "stage": op.stage,
                 "compute_time_s": op.compute_s,
                 "comm_time_s": op.comm_time_s,
@@ -212,6 +214,9 @@ def levers_words(plan: Plan) -> list[str]:
     layers = len({op.layer for op in plan.ops if op.layer is not None})
     if plan.recomputed_layers:
         out.append(f"recomputes {plan.recomputed_layers} of {layers} layers")
+    if plan.selective_layers:
+        out.append(f"recomputes the attention core of {plan.selective_layers} of {layers} layers "
+                   "(selective)")
     stages = Counter(op.zero for op in plan.ops if op.zero)
     if stages:
         stage = max(stages, key=lambda z: (stages[z], z))
@@ -268,7 +273,8 @@ def plan_table(plan: Plan, *, max_ops: int = 40) -> str:
     shown = _collapse_layers(plan)
     for op, count in shown[:max_ops]:
         name = op.name if count == 1 else f"{op.name} (x{count})"
-        levers = (f"Z{op.zero}" if op.zero else "") + (" RC" if op.recompute else "")
+        levers = (f"Z{op.zero}" if op.zero else "") + (" RC" if op.recompute else "") + (
+            " SRC" if op.selective else "")
         lines.append(
             f"  {name:<22} {op.kind:<12} {op.strategy.label():<38} {levers.strip():<9} "
             f"{fmt_seconds(op.compute_s):>10} {fmt_seconds(op.comm_time_s):>10}"
@@ -286,7 +292,7 @@ def _collapse_layers(plan: Plan) -> list[tuple[OpPlan, int]]:
         base = op.name.split(".", 1)[1] if op.layer is not None and "." in op.name else op.name
         key = (
             base if op.layer is not None else op.name,
-            f"{op.strategy.label()} {op.zero} {op.recompute}",
+            f"{op.strategy.label()} {op.zero} {op.recompute} {op.selective}",
         )
         if key not in seen:
             seen[key] = [op, 0]

@@ -7,7 +7,8 @@ A *space* is what one framework can run (:data:`SPACES`):
   the even one, or any layer counts of the first and last stage with the other stages sharing
   the rest evenly, ``--decoder-first/last-pipeline-num-layers``), DP over the rest, every
   micro-batch size dividing a replica's share of the batch, sequence parallelism (with TP),
-  full recomputation or none, and the distributed optimizer (ZeRO 0 or 1);
+  recomputation none, selective (the attention core; when the model keeps attention scores)
+  or full, and the distributed optimizer (ZeRO 0 or 1);
 - ``deepspeed``: ZeRO-DP, DeepSpeed's own engine: data parallelism over every GPU, ZeRO 0 to
   3, every micro-batch size, activation checkpointing or none.
 
@@ -45,8 +46,10 @@ from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.ir.graph import MEMORY_BOUND_KINDS, OpGraph
 from taps_core.plan.records import Plan, SearchInfo
 from taps_core.search.fixed_config import (
+    RECOMPUTE,
     FixedConfig,
     Layout3D,
+    keeps_scores,
     one_stage,
     plan_fixed,
     resolve,
@@ -112,6 +115,9 @@ def configurations(graph: OpGraph, topology: Topology, mode: str, space: str) ->
         pps = [p for p in divisors(nodes) if p <= max(1, layers)] if train else [1]
         sps, zeros = [False, True], [0, 1] if train else [0, 3]
     recomputes = ["none", "full"] if train else ["none"]
+    if train and space != "deepspeed" and keeps_scores(graph):
+        # Megatron-LM's selective recomputation; DeepSpeed checkpoints whole layers only
+        recomputes.insert(1, "selective")
     out = []
     for tp in tps:
         for pp in pps:
@@ -441,8 +447,9 @@ def search_configurations(
     for floor_s, config in candidates:
         if floor_s >= best_s:
             break  # every configuration left is slower than the best that fits
-        if config.recompute == "full" and free_fits.get(replace(config, recompute="none")):
-            continue  # dominated: recomputation only adds work to a plan that fits already
+        if any(free_fits.get(replace(config, recompute=less))
+               for less in RECOMPUTE[: RECOMPUTE.index(config.recompute)]):
+            continue  # dominated: recomputing more only adds work to a plan that fits already
         try:
             if fast and config.pp > 1:
                 pr, free_fits[config] = pricer.best_split(config, limit)

@@ -13,7 +13,9 @@ strategy space like this, for every pipeline stage on its ``nodes / pp`` hosts:
 - sequence parallelism (``sp=1``): norms, residual adds and positions split the sequence ``tp``
   ways; row ops hand their partial sums on (reduce-scatter) and column ops gather (all-gather);
 - ``mbs`` micro-batch size per data-parallel replica (``batch = dp x mbs x micro-batches``),
-  ``recompute=full`` every layer, ``zero`` the plan-wide ZeRO stage;
+  ``recompute=full`` every layer, ``recompute=selective`` every layer's attention core
+  (Megatron-LM's ``--recompute-granularity selective``: the scores re-created in backward, not
+  kept), ``zero`` the plan-wide ZeRO stage;
 - ``first`` / ``last``: the layers of the first / last pipeline stage (Megatron-LM's
   ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``), the other
   stages sharing the rest evenly; without them the layers are split as evenly as they go.
@@ -37,7 +39,13 @@ from taps_core.search.flat import micro_graph
 from taps_core.search.pipeline import assemble_stages, balanced_split, layer_range
 
 FIXED_KEYS = ("tp", "pp", "dp", "mbs", "sp", "recompute", "zero", "first", "last")
-RECOMPUTE = ("none", "full")
+RECOMPUTE = ("none", "selective", "full")
+
+
+def keeps_scores(graph: OpGraph) -> bool:
+    """Whether a layer of ``graph`` keeps attention scores for backward: then selective
+    recomputation differs from none (not with fused attention)."""
+    return any(op.score_bytes > 0 and op.layer is not None for op in graph.ops)
 
 
 def tp_letter(op: OpSpec) -> str | None:
@@ -136,6 +144,7 @@ class Layout3D:
     recompute: bool
     zero: int
     split: tuple[int, ...]  # layers per pipeline stage, first to last
+    selective: bool = False  # every layer's attention core recomputed (scores not kept)
 
 
 def one_stage(lay: Layout3D) -> Layout3D:
@@ -215,6 +224,7 @@ def resolve(config: FixedConfig, graph: OpGraph, topology: Topology, mode: str) 
     return Layout3D(
         config.tp, config.pp, dp, dp_intra, hosts, mbs, per_replica // mbs, config.sp,
         config.recompute == "full", config.zero, stage_split(config, layers),
+        config.recompute == "selective",
     )
 
 
@@ -291,7 +301,7 @@ def fixed_choices(graph: OpGraph, lay: Layout3D) -> dict[str, OpChoice]:
     return {
         op.name: OpChoice(
             op_strategy(graph, op, lay, letters), lay.zero,
-            lay.recompute and op.layer is not None,
+            lay.recompute and op.layer is not None, lay.selective and op.layer is not None,
         )
         for op in graph.ops
     }

@@ -30,7 +30,15 @@ from taps_core.search.memory_bound import (
     memory_of,
 )
 from taps_core.search.memory_fit import within_limit
-from taps_core.search.problem import BuildMemo, SearchProblem, StrategyFilter, build_problem
+from taps_core.search.problem import (
+    FULL,
+    KEPT,
+    SELECTIVE,
+    BuildMemo,
+    SearchProblem,
+    StrategyFilter,
+    build_problem,
+)
 from taps_core.solver.clock import cpu_seconds
 from taps_core.solver.fronts import KnotError, TruncatedError
 from taps_core.units import GiB
@@ -652,7 +660,7 @@ def choices_of(problem: SearchProblem, sol: Assignment) -> dict[str, OpChoice]:
         s = problem.strategies[node][sol.strategies[node]]
         zero = problem.option_zero[node][sol.options[node]]
         lay = problem.layer[node]
-        rc = bool(sol.recompute.get(lay, False)) if lay is not None else False
+        rc = sol.recompute.get(lay, KEPT) if lay is not None else KEPT
         for name in names:
-            out[name] = OpChoice(s, zero, rc)
+            out[name] = OpChoice(s, zero, rc == FULL, rc == SELECTIVE)
     return {op.name: out[op.name] for op in problem.graph.ops}

@@ -2,12 +2,13 @@
 
 Layer l (for l >= 1) is entered through one tensor node, the exit of layer l-1, and left
 through one, its own exit. Eliminating a layer's inside leaves a matrix ``M[a, c]``: the least
-cost of the layer given its entry layout ``a`` and exit layout ``c``, the better of the layer
-kept for backward and recomputed (each layer chooses). Layers 1..L-1 together cost ``M^(L-1)``
-(min-plus power, by repeated squaring); the rest of the graph is solved with that one edge in
-place of the stack; a Viterbi pass over M recovers every layer boundary and the (memoised)
-per-layer elimination recovers every op inside. Exact, like the plain DP. Layers outside the
-chain (and every layer of a model without one) share one recomputation choice.
+cost of the layer given its entry layout ``a`` and exit layout ``c``, the best of the layer
+kept for backward, recomputed and selectively recomputed (each layer chooses). Layers 1..L-1
+together cost ``M^(L-1)`` (min-plus power, by repeated squaring); the rest of the graph is
+solved with that one edge in place of the stack; a Viterbi pass over M recovers every layer
+boundary and the (memoised) per-layer elimination recovers every op inside. Exact, like the
+plain DP. Layers outside the chain (and every layer of a model without one) share one
+recomputation choice.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, op_signature
+from taps_core.search.problem import KEPT, TENSOR_PREFIX, SearchProblem, op_signature
 from taps_core.solver.elimination import reduce_to, solve
 from taps_core.solver.minplus import min_plus_power
 from taps_core.solver.problem import CostGraph
@@ -33,11 +34,12 @@ class Chain:
 
 @dataclass(frozen=True)
 class Assignment:
-    """A solved problem: strategy and option index per node, recomputed layers, the cost."""
+    """A solved problem: strategy and option index per node, each layer's recomputation
+    variant (:data:`~taps_core.search.problem.KEPT`, ``FULL``, ``SELECTIVE``), the cost."""
 
     strategies: dict[str, int]
     options: dict[str, int]
-    recompute: dict[int, bool]
+    recompute: dict[int, int]
     cost: float
     stats: dict[str, Any] = field(default_factory=dict)
 
@@ -136,30 +138,36 @@ def _sealed(
 
 def variants(
     problem: SearchProblem, nodes: set[str] | None = None, memory_weight: float | None = None
-) -> tuple[bool, ...]:
-    """Recomputation variants worth solving: both in training when layered nodes are present,
-    unless the memory weight is 0 and recomputing is never faster (then only the kept one)."""
+) -> tuple[int, ...]:
+    """Recomputation variants worth solving: all the problem prices in training when layered
+    nodes are present, unless the memory weight is 0 and recomputing is never faster (then only
+    the kept one)."""
     if problem.mode != "train":
-        return (False,)
+        return (KEPT,)
     if memory_weight == 0 and problem.recompute_never_faster:
-        return (False,)
+        return (KEPT,)
     pool = problem.option_time if nodes is None else nodes
-    return (False, True) if any(problem.layer.get(n) is not None for n in pool) else (False,)
+    if any(problem.layer.get(n) is not None for n in pool):
+        return problem.variant_keys
+    return (KEPT,)
 
 
 def _options(
-    problem: SearchProblem, choice: dict[str, int], weight: float, rc_of: dict[str, bool]
+    problem: SearchProblem, choice: dict[str, int], weight: float, rc_of: dict[str, int]
 ) -> dict[str, int]:
     """The option each node takes at its chosen strategy (ties: less memory)."""
-    again = [n for n in choice if rc_of.get(n, False)]
-    kept = problem.node_costs(weight, False, [n for n in choice if not rc_of.get(n, False)])
-    kept.update(problem.node_costs(weight, True, again) if again else {})
-    return {n: int(kept[n][1][s]) for n, s in choice.items()}
+    by_variant: dict[int, list[str]] = {}
+    for n in choice:
+        by_variant.setdefault(rc_of.get(n, KEPT), []).append(n)
+    costs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for variant, names in by_variant.items():
+        costs.update(problem.node_costs(weight, variant, names))
+    return {n: int(costs[n][1][s]) for n, s in choice.items()}
 
 
 def _solve_flat(problem: SearchProblem, weight: float) -> Assignment:
     """Whole graph in one elimination, once per recomputation variant."""
-    best, rc = None, False  # the cheapest solution and its recomputation variant
+    best, rc = None, KEPT  # the cheapest solution and its recomputation variant
     for variant in variants(problem, memory_weight=weight):
         sol = solve(problem.cost_graph(weight, recompute=variant))
         if best is None or sol.cost < best.cost:
@@ -189,18 +197,19 @@ def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Assignm
     for rc in variants(problem, set(first), memory_weight):
         block = problem.cost_graph(memory_weight, nodes=block_nodes, recompute=rc)
         blocks[rc] = reduce_to(block, (entry, chain.exits[1]))
-    m = blocks[False][0]
-    which = np.zeros(m.shape, dtype=bool)
-    if True in blocks:
-        m_rc = blocks[True][0]
-        which = m_rc < m
-        m = np.where(which, m_rc, m)
+    # each layer's best variant per pair of boundary layouts (ties: the earlier variant,
+    # the one recomputing less)
+    tried = tuple(blocks)
+    stacked = np.stack([blocks[v][0] for v in tried])
+    pick = stacked.argmin(axis=0)
+    which = np.asarray(tried)[pick]
+    m = np.take_along_axis(stacked, pick[None], axis=0)[0]
     repeats = len(chain.layers) - 1
     stack = min_plus_power(m, repeats)
     last = chain.exits[-1]
     middle = {n for lay in chain.layers[1:] for n in lay}
     top_nodes = (set(problem.option_time) - middle) | {last}
-    best, top_rc = None, False  # the cheapest top solution and its recomputation variant
+    best, top_rc = None, KEPT  # the cheapest top solution and its recomputation variant
     for variant in variants(problem, top_nodes - {last, entry}, memory_weight):
         top = problem.cost_graph(memory_weight, nodes=top_nodes, recompute=variant)
         top = CostGraph(top.node_costs, (*top.edges, (entry, last, stack)))
@@ -216,7 +225,7 @@ def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Assignm
     cache: dict[tuple[int, int], dict[str, int]] = {}
     for idx in range(1, len(chain.layers)):
         key = (bounds[idx - 1], bounds[idx])
-        rc = bool(which[key])
+        rc = int(which[key])
         if key not in cache:
             cache[key] = blocks[rc][1](key)
         inner = cache[key]

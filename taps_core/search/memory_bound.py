@@ -23,7 +23,7 @@ import numpy as np
 
 from taps_core.search.chain_memory import ChainPoints, cheapest_chain
 from taps_core.search.layered import Assignment, Chain, find_chain, solve_problem, variants
-from taps_core.search.problem import SearchProblem
+from taps_core.search.problem import KEPT, SearchProblem
 from taps_core.solver import fronts
 from taps_core.solver.fronts import FrontTable, Rules
 from taps_core.solver.minplus import repeated_squaring
@@ -49,7 +49,7 @@ def memory_of(problem: SearchProblem, sol: Assignment) -> float:
     total = 0.0
     for n, s in sol.strategies.items():
         lay = problem.layer.get(n)
-        rc = bool(sol.recompute.get(lay, False)) if lay is not None else False
+        rc = sol.recompute.get(lay, KEPT) if lay is not None else KEPT
         total += float(problem.option_memory[n][rc][s, sol.options[n]])
     return total
 
@@ -112,7 +112,7 @@ def dual_bounds(
 
 
 def build_schedule(problem: SearchProblem) -> tuple[fronts.Schedule, Chain | None]:
-    """One elimination schedule for the whole problem: the layer block (both recomputation
+    """One elimination schedule for the whole problem: the layer block (every recomputation
     variants), its repeated squaring when the model has a chain of identical layers, and the
     rest of the graph (its variants) with the chain as one edge."""
     sched = fronts.Schedule()
@@ -175,7 +175,7 @@ def _scalar_inputs(
             out[i] = problem.node_cost(spec[1], lam, spec[2])[0]
         elif spec[0] == "edge":
             e = problem.edges[spec[1]]
-            out[i] = e.recompute if spec[2] else e.keep
+            out[i] = e.matrix(spec[2])
         else:
             out[i] = np.zeros(())
     return out
@@ -232,7 +232,7 @@ class FrontSearch:
                 tables[i] = fronts.node_front(n, t, m, rules, out)
             elif spec[0] == "edge":
                 e = problem.edges[spec[1]]
-                tables[i] = fronts.matrix_front(e.recompute if spec[2] else e.keep, rules, out)
+                tables[i] = fronts.matrix_front(e.matrix(spec[2]), rules, out)
             else:
                 tables[i] = fronts.constant_front()
         if self.chain is None or squaring:
@@ -295,16 +295,16 @@ def _assignment(
 
     strategies: dict[str, int] = {}
     options: dict[str, int] = {}
-    recompute: dict[int, bool] = {}
-    top_rc = False
+    recompute: dict[int, int] = {}
+    top_rc = KEPT
     for found in found_parts:
         for (key, off), value in found.items():
             if key == RC_TOP:
-                top_rc = bool(value)
+                top_rc = int(value)
             elif key == RC_BLOCK:
                 lay = problem.layer[chain.layers[1 + off][0]] if chain is not None else None
                 if lay is not None:
-                    recompute[lay] = bool(value)
+                    recompute[lay] = int(value)
             elif key.startswith("opt:"):
                 name = real(key[4:], off)
                 if name is not None:

@@ -55,6 +55,7 @@ class _OpTables:
     weight_time: np.ndarray  # [S, len(stages)]
     weight_memory: np.ndarray  # [S, len(stages)]
     weight_slope: np.ndarray  # [S, len(stages)]: seconds one more micro-batch adds
+    scores: np.ndarray  # of ``saved``: attention scores selective recomputation re-creates
 
 
 @dataclass
@@ -101,7 +102,7 @@ def _priced(shape: _OpShape, comm: CommCost) -> _OpTables:
     return _OpTables(
         shape.compute, at(shape.fwd), at(shape.bwd), shape.saved, shape.boundary,
         shape.fixed_memory, np.where(shape.offered, at(shape.weight), np.inf),
-        shape.weight_memory, np.where(shape.offered, at(shape.slope), 0.0),
+        shape.weight_memory, np.where(shape.offered, at(shape.slope), 0.0), shape.scores,
     )
 
 
@@ -122,6 +123,7 @@ class _OpShape:
     slope: np.ndarray  # [S, Z, 2, K]: what one more micro-batch adds
     weight_memory: np.ndarray  # [S, Z]
     offered: np.ndarray  # [S, Z] bool: the ZeRO stage applies to the strategy
+    scores: np.ndarray  # [S] bytes of attention scores kept for backward
 
 
 def _op_shape(
@@ -206,4 +208,5 @@ def _op_shape(
         (more - now)[idx].sum(axis=2),
         np.where(offered, wm + memory[idx].sum(axis=2), np.inf),
         offered,
+        np.array([c.scores_bytes for c in costs]),
     )

@@ -496,7 +496,7 @@ def recost_pipeline(plan: Plan, graph: OpGraph, links: LinkModel) -> Plan:
     chosen: dict[int, dict[str, OpChoice]] = {}
     for op in plan.ops:
         chosen.setdefault(op.stage or 0, {})[op.name] = OpChoice(op.strategy, op.zero,
-                                                                 op.recompute)
+                                                                 op.recompute, op.selective)
     stages = iter(range(p))
 
     def stage_plan(sg: OpGraph, sub: LinkModel, copies: int) -> Plan:

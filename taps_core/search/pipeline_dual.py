@@ -44,7 +44,7 @@ from taps_core.search.pipeline import (
     layer_range,
     stage_graph,
 )
-from taps_core.search.problem import TENSOR_PREFIX, SearchProblem, build_problem
+from taps_core.search.problem import KEPT, TENSOR_PREFIX, SearchProblem, build_problem
 from taps_core.search.sends import (
     boundary_sends,
     stage_send_seconds,
@@ -325,9 +325,10 @@ def _best(
     extra: tuple[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The least cost of ``nodes`` over the kept nodes' strategies (a vector, or a matrix for
-    two), each layer kept or recomputed, whichever is cheaper; ``extra`` adds seconds per
+    two), each layer in its cheapest recomputation variant; ``extra`` adds seconds per
     strategy to one node."""
-    variants = (False, True) if any(problem.layer.get(n) is not None for n in nodes) else (False,)
+    layered = any(problem.layer.get(n) is not None for n in nodes)
+    variants = problem.variant_keys if layered else (KEPT,)
     best = None
     for rc in variants:
         graph = problem.cost_graph(0.0, nodes=nodes, recompute=rc)

@@ -3,8 +3,10 @@
 Nodes:
 - one *op node* per op, or per sibling group (Q/K/V, gate/up: one shared strategy, see
   :attr:`~taps_core.ir.graph.OpGraph.siblings`), named after its first op. Its strategies are the
-  shardings; each strategy has *options* (the ZeRO stage), with a time and a memory each, in
-  two *variants*: the layer kept for backward, or recomputed (``recompute=True``);
+  shardings; each strategy has *options* (the ZeRO stage), with a time and a memory each, per
+  recomputation *variant* of its layer: ``KEPT`` for backward, ``FULL`` (the layer's forward
+  re-run in backward, only its input kept) and, when the model keeps attention scores,
+  ``SELECTIVE`` (only the attention core re-run, its scores not kept; Korthikanti et al. 2022);
 - one *tensor node* per op output read by another op, whose strategies are the layouts its
   producer can emit (partial sums included when a strategy defers them).
 
@@ -40,24 +42,44 @@ from taps_core.solver.problem import CostGraph
 
 StrategyFilter = Callable[[OpGraph, OpSpec, Strategy], bool]
 TENSOR_PREFIX = "tensor:"
+KEPT, FULL, SELECTIVE = 0, 1, 2  # recomputation variants of a layer (keys of option_time[n])
+# the order variants are tried in: ties between equal costs go to the one recomputing less
+VARIANT_ORDER = (KEPT, SELECTIVE, FULL)
 
 
 @dataclass(frozen=True)
 class Edge:
-    """Edge ``u -> v`` with its cost matrix [S_u, S_v] for kept and for recomputed layers."""
+    """Edge ``u -> v`` with its cost matrix [S_u, S_v] for kept, fully recomputed and
+    selectively recomputed layers (``selective`` None: as kept)."""
 
     u: str
     v: str
     keep: np.ndarray
     recompute: np.ndarray
+    selective: np.ndarray | None = None
+
+    def matrix(self, variant: int) -> np.ndarray:
+        """The cost matrix in recomputation ``variant``."""
+        if variant == FULL:
+            return self.recompute
+        if variant == SELECTIVE and self.selective is not None:
+            return self.selective
+        return self.keep
+
+    def scaled(self, factor: float) -> Edge:
+        """The edge with every matrix times ``factor``."""
+        sel = None if self.selective is None else factor * self.selective
+        return Edge(self.u, self.v, factor * self.keep, factor * self.recompute, sel)
 
 
 @dataclass
 class SearchProblem:
     """Strategies, options and edges of one planning run (see the module docstring).
 
-    ``option_time[node][recompute]`` and ``option_memory[node][recompute]`` are arrays
-    [strategies, options] of seconds and bytes per device (+inf time for an absent option);
+    ``option_time[node][variant]`` and ``option_memory[node][variant]`` are arrays
+    [strategies, options] of seconds and bytes per device (+inf time for an absent option),
+    for each recomputation variant of the problem (:attr:`variant_keys`, the same for every
+    node; an op outside the layers has the kept arrays in each);
     ``option_zero[node]`` is the ZeRO stage of each option column.
     """
 
@@ -69,8 +91,8 @@ class SearchProblem:
     strategies: dict[str, list[Strategy]]
     members: dict[str, tuple[str, ...]]
     layouts: dict[str, list[Layout]]
-    option_time: dict[str, dict[bool, np.ndarray]]
-    option_memory: dict[str, dict[bool, np.ndarray]]
+    option_time: dict[str, dict[int, np.ndarray]]
+    option_memory: dict[str, dict[int, np.ndarray]]
     option_zero: dict[str, tuple[int, ...]]
     edges: list[Edge]
     layer: dict[str, int | None]
@@ -79,11 +101,11 @@ class SearchProblem:
     own_time: dict[str, np.ndarray] = field(default_factory=dict)
     # per node and recomputation variant: bytes per strategy of one micro-batch's kept
     # activations (``option_memory`` holds ``activation_copies`` of them)
-    activation_bytes: dict[str, dict[bool, np.ndarray]] = field(default_factory=dict)
+    activation_bytes: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
     activation_copies: int = 1
     # per node and variant: bytes per strategy that scale with the micro-batch size (every
     # kept activation copy and the rematerialised layer), included in ``option_memory``
-    batch_memory: dict[str, dict[bool, np.ndarray]] = field(default_factory=dict)
+    batch_memory: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)
     # per op node: seconds each extra micro-batch adds to each option's weight phases (the
     # ZeRO-2/3 reduce-scatters and gathers run once per micro-batch), [strategies, options]
     sync_per_microbatch: dict[str, np.ndarray] = field(default_factory=dict)
@@ -99,14 +121,21 @@ class SearchProblem:
 
     @property
     def num_strategies(self) -> int:
-        return int(sum(len(v[False]) for v in self.option_time.values()))
+        return int(sum(len(v[KEPT]) for v in self.option_time.values()))
+
+    @property
+    def variant_keys(self) -> tuple[int, ...]:
+        """The recomputation variants this problem prices, in :data:`VARIANT_ORDER`."""
+        first = next(iter(self.option_time.values()), {KEPT: None})
+        return tuple(v for v in VARIANT_ORDER if v in first)
 
     @cached_property
     def recompute_never_faster(self) -> bool:
         """Whether every node and edge costs at least as many seconds recomputed as kept
         (entrywise): then at memory weight 0 the recomputed variant cannot win and need not
         be solved. True for every problem built here (recomputing adds a forward pass, and
-        conversions inside a layer run again), checked rather than assumed."""
+        conversions inside a layer run again), checked rather than assumed, for both the full
+        and the selective variant."""
         seen: set[tuple[int, int]] = set()
 
         def dominated(kept: np.ndarray, again: np.ndarray) -> bool:
@@ -116,11 +145,12 @@ class SearchProblem:
             seen.add(key)
             return bool(np.all(again >= kept))
 
-        return all(dominated(v[False], v[True]) for v in self.option_time.values()) and all(
-            dominated(e.keep, e.recompute) for e in self.edges
-        )
+        again = [v for v in self.variant_keys if v != KEPT]
+        return all(
+            dominated(v[KEPT], v[r]) for v in self.option_time.values() for r in again
+        ) and all(dominated(e.keep, e.matrix(r)) for e in self.edges for r in again)
 
-    def node_cost(self, node: str, weight: float, recompute: bool) -> tuple[np.ndarray, np.ndarray]:
+    def node_cost(self, node: str, weight: float, recompute: int) -> tuple[np.ndarray, np.ndarray]:
         """(cost per strategy, chosen option per strategy) at ``time + weight * memory``.
 
         Ties between options go to the one holding less memory (ZeRO-2 over ZeRO-0 at equal
@@ -131,7 +161,7 @@ class SearchProblem:
         )
 
     def node_costs(
-        self, weight: float, recompute: bool, nodes: Iterable[str] | None = None
+        self, weight: float, recompute: int, nodes: Iterable[str] | None = None
     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """:meth:`node_cost` of every node (or of ``nodes``), in graph order, computed once per
         distinct pair of arrays (the nodes of identical layers share theirs)."""
@@ -152,8 +182,8 @@ class SearchProblem:
         """The same problem with one ZeRO stage for every op (the plan-wide setting, as in
         DeepSpeed or Megatron's distributed optimizer): one option column per node. Ops whose
         weights have no data-parallel group to shard over keep stage 0 (ZeRO does nothing)."""
-        times: dict[str, dict[bool, np.ndarray]] = {}
-        mems: dict[str, dict[bool, np.ndarray]] = {}
+        times: dict[str, dict[int, np.ndarray]] = {}
+        mems: dict[str, dict[int, np.ndarray]] = {}
         zeros: dict[str, tuple[int, ...]] = {}
         slopes: dict[str, np.ndarray] = {}
         shared = _Shared()
@@ -168,9 +198,9 @@ class SearchProblem:
             col = stages.index(zero) if zero in stages else None
             times[n], mems[n] = {}, {}
             if n in self.sync_per_microbatch:
-                d, t = self.sync_per_microbatch[n], self.option_time[n][False]
+                d, t = self.sync_per_microbatch[n], self.option_time[n][KEPT]
                 slopes[n] = shared(column, d, t, col)
-            for rc in (False, True):
+            for rc in self.option_time[n]:
                 t, m = self.option_time[n][rc], self.option_memory[n][rc]
                 times[n][rc], mems[n][rc] = shared(column, t, t, col), shared(column, m, t, col)
             zeros[n] = (zero if col is not None else 0,)
@@ -250,8 +280,8 @@ class SearchProblem:
         def smaller(a: np.ndarray) -> np.ndarray:
             return (1.0 - shrink) * a
 
-        times: dict[str, dict[bool, np.ndarray]] = {}
-        mems: dict[str, dict[bool, np.ndarray]] = {}
+        times: dict[str, dict[int, np.ndarray]] = {}
+        mems: dict[str, dict[int, np.ndarray]] = {}
         for n, by_rc in self.option_time.items():
             slope = self.sync_per_microbatch.get(n)
             times[n] = by_rc if slope is None else {
@@ -273,13 +303,12 @@ class SearchProblem:
         """The problem priced without weight phases: each op node's strategies at ``own_time``
         (one option), tensor nodes and edges as before (activations kept, not recomputed).
         Its optimum is a lower bound on any plan's seconds minus its gradient sync."""
-        times: dict[str, dict[bool, np.ndarray]] = {}
-        mems: dict[str, dict[bool, np.ndarray]] = {}
+        times: dict[str, dict[int, np.ndarray]] = {}
+        mems: dict[str, dict[int, np.ndarray]] = {}
         for n, t in self.option_time.items():
-            own = self.own_time[n][:, None] if n in self.own_time else t[False][:, :1]
-            times[n] = {False: own, True: own}
-            zero = np.zeros_like(own)
-            mems[n] = {False: zero, True: zero}
+            own = self.own_time[n][:, None] if n in self.own_time else t[KEPT][:, :1]
+            times[n] = dict.fromkeys(t, own)
+            mems[n] = dict.fromkeys(t, np.zeros_like(own))
         edges = [Edge(e.u, e.v, e.keep, e.keep) for e in self.edges]
         zeros = {n: (0,) for n in self.option_time}
         return replace(self, option_time=times, option_memory=mems, option_zero=zeros,
@@ -290,7 +319,7 @@ class SearchProblem:
         """Seconds of the node's weight phases (gradient sync, ZeRO gathers) per strategy and
         option, [strategies, options]: its time minus ``own_time`` (0 for tensor nodes and
         absent options)."""
-        t = self.option_time[node][False]
+        t = self.option_time[node][KEPT]
         if node not in self.own_time:
             return np.zeros_like(t)
         return np.where(np.isfinite(t), t - self.own_time[node][:, None], 0.0)
@@ -300,7 +329,7 @@ class SearchProblem:
         phases)``, memory unchanged: what a pipeline stage costs when its per-micro-batch work
         and its once-per-step gradient sync count differently in the step (the 1F1B bound's
         multipliers, :mod:`taps_core.search.pipeline_dual`)."""
-        times: dict[str, dict[bool, np.ndarray]] = {}
+        times: dict[str, dict[int, np.ndarray]] = {}
         for n, by_rc in self.option_time.items():
             sync = self.sync_time(n)
             times[n] = {
@@ -308,8 +337,7 @@ class SearchProblem:
                              np.inf)
                 for rc, t in by_rc.items()
             }
-        edges = [Edge(e.u, e.v, own_weight * e.keep, own_weight * e.recompute)
-                 for e in self.edges]
+        edges = [e.scaled(own_weight) for e in self.edges]
         slopes = {n: sync_weight * d for n, d in self.sync_per_microbatch.items()}
         return replace(self, option_time=times, edges=edges, sync_per_microbatch=slopes)
 
@@ -318,13 +346,13 @@ class SearchProblem:
         return float(min(np.min(m) for m in self.option_memory[node].values()))
 
     def cost_graph(
-        self, memory_weight: float = 0.0, nodes: set[str] | None = None, recompute: bool = False
+        self, memory_weight: float = 0.0, nodes: set[str] | None = None, recompute: int = KEPT
     ) -> CostGraph:
         """The problem at ``time + memory_weight * memory`` (optionally a subgraph), with every
         layered node in the given variant."""
         costs = {n: c for n, (c, _) in self.node_costs(memory_weight, recompute, nodes).items()}
         edges = tuple(
-            (e.u, e.v, e.recompute if recompute else e.keep)
+            (e.u, e.v, e.matrix(recompute))
             for e in self.edges
             if e.u in costs and e.v in costs
         )
@@ -408,12 +436,13 @@ def _group_options(
     allow: StrategyFilter | None,
     k: int,
     activation_copies: int,
+    selective: bool,
 ) -> tuple:
     """One search node's options: (strategies, time s and memory bytes per option by
-    recomputation, ZeRO stages of the columns, each strategy's time without gradient sync and
-    ZeRO gathers, kept activation bytes of one micro-batch by recomputation, bytes that scale
-    with the micro-batch size by recomputation, seconds per extra micro-batch per option), per
-    step of ``k`` micro-batches."""
+    recomputation variant (``SELECTIVE`` too when ``selective``), ZeRO stages of the columns,
+    each strategy's time without gradient sync and ZeRO gathers, kept activation bytes of one
+    micro-batch by variant, bytes that scale with the micro-batch size by variant, seconds per
+    extra micro-batch per option), per step of ``k`` micro-batches."""
     train = mode == "train"
     stages = (0, 1, 2, 3) if train else (0, 3)
     strats = _group_strategies(graph, ops, mesh, space, allow)
@@ -429,22 +458,42 @@ def _group_options(
     wt, wm, slope = wt[:, used], wm[:, used], slope[:, used]
     zeros = tuple(stages[j] for j in used)
     times, mems, per_copy, batch = {}, {}, {}, {}
-    for rc in (False, True) if train else (False,):
-        passes = (4.0 if rc else 3.0) if train else 1.0
-        base = k * (passes * compute + (2 if rc else 1) * fwd + bwd)
-        per_copy[rc] = sum(t.boundary if rc else t.saved for t in tabs)
+    # ops whose forward re-runs in each variant (selective: those keeping attention scores)
+    again = {KEPT: [False] * len(ops), FULL: [True] * len(ops),
+             SELECTIVE: [op.score_bytes > 0 for op in ops]}
+    variants = ((KEPT, FULL, SELECTIVE) if selective else (KEPT, FULL)) if train else (KEPT,)
+    for rc in variants:
+        if rc == SELECTIVE and not any(again[SELECTIVE]):  # nothing to re-create: as kept
+            times[rc], mems[rc], per_copy[rc], batch[rc] = (
+                times[KEPT], mems[KEPT], per_copy[KEPT], batch[KEPT])
+            continue
+        passes = (4.0 if rc == FULL else 3.0) if train else 1.0
+        base = k * (passes * compute + (2 if rc == FULL else 1) * fwd + bwd)
+        if rc == SELECTIVE:  # the attention core's forward (and its collectives) once more
+            base = base + k * sum(t.compute + t.fwd for t, re in zip(tabs, again[rc]) if re)
+        per_copy[rc] = sum(_kept_bytes(t, rc, re) for t, re in zip(tabs, again[rc]))
         act = activation_copies * per_copy[rc]
-        if rc:  # the layer re-created in backward, one at a time (1/L each)
-            act = act + sum(t.saved - t.boundary for t in tabs) / max(1, graph.num_layers)
+        if rc != KEPT:  # what the layer re-creates in backward, one at a time (1/L each)
+            remade = sum(t.saved - _kept_bytes(t, rc, re) for t, re in zip(tabs, again[rc]))
+            act = act + remade / max(1, graph.num_layers)
         times[rc] = base[:, None] + wt
-        if not rc:
+        if rc == KEPT:
             own = base
         batch[rc] = act + fixed
         mems[rc] = batch[rc][:, None] + wm
     if not train:
-        times[True], mems[True], per_copy[True] = times[False], mems[False], per_copy[False]
-        batch[True] = batch[False]
+        times[FULL], mems[FULL], per_copy[FULL] = times[KEPT], mems[KEPT], per_copy[KEPT]
+        batch[FULL] = batch[KEPT]
     return strats, times, mems, zeros, own, per_copy, batch, slope
+
+
+def _kept_bytes(tables, variant: int, again: bool) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """Activation bytes per strategy an op keeps for backward in ``variant`` (``again``:
+    its forward re-runs): the layer input under full recomputation, all but the attention
+    scores under selective, everything when kept."""
+    if not again:
+        return tables.saved
+    return tables.boundary if variant == FULL else tables.saved - tables.scores
 
 
 def build_problem(
@@ -474,14 +523,17 @@ def build_problem(
     train = mode == "train"
     k = microbatches
     members, node_of = _sibling_groups(graph)
+    # selective recomputation is a variant of its own only where a layer keeps scores
+    selective = train and any(op.score_bytes > 0 and op.layer is not None for op in graph.ops)
+    variants = (KEPT, FULL, SELECTIVE) if selective else (KEPT, FULL)
     strategies: dict[str, list[Strategy]] = {}
-    option_time: dict[str, dict[bool, np.ndarray]] = {}
-    option_memory: dict[str, dict[bool, np.ndarray]] = {}
+    option_time: dict[str, dict[int, np.ndarray]] = {}
+    option_memory: dict[str, dict[int, np.ndarray]] = {}
     option_zero: dict[str, tuple[int, ...]] = {}
     layer: dict[str, int | None] = {}
     own_time: dict[str, np.ndarray] = {}
-    activation: dict[str, dict[bool, np.ndarray]] = {}
-    batch_memory: dict[str, dict[bool, np.ndarray]] = {}
+    activation: dict[str, dict[int, np.ndarray]] = {}
+    batch_memory: dict[str, dict[int, np.ndarray]] = {}
     sync_slope: dict[str, np.ndarray] = {}
     groups: dict[tuple, tuple] = {}
     for node, names in members.items():
@@ -489,20 +541,20 @@ def build_problem(
         sig = (tuple(op_signature(graph, op) for op in ops), activation_copies)
         if sig not in groups:
             groups[sig] = _group_options(
-                graph, ops, mesh, mode, memo, space, allow, k, activation_copies
+                graph, ops, mesh, mode, memo, space, allow, k, activation_copies, selective
             )
         strats, times, mems, zeros, own, per_copy, batch, slope = groups[sig]
         own_time[node], sync_slope[node], strategies[node] = own, slope, strats
         lay = ops[0].layer
-        # ops outside the layers are never recomputed: both variants are the kept one
-        pick = _same if train and lay is not None else _kept_twice
+        # ops outside the layers are never recomputed: every variant is the kept one
+        pick = _same if train and lay is not None else _kept_only
         activation[node], option_time[node] = pick(per_copy), pick(times)
         option_memory[node], batch_memory[node] = pick(mems), pick(batch)
         option_zero[node], layer[node] = zeros, lay
     layouts: dict[str, list[Layout]] = {}
     edges: list[Edge] = []
     emit_memo: dict[tuple, tuple[list[Layout], np.ndarray, np.ndarray]] = {}
-    edge_memo: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # (kept, recomputed)
+    edge_memo: dict[tuple, tuple] = {}  # (kept, recomputed, selectively recomputed)
     for node, names in members.items():
         for name in names:
             op = graph.op_by_name[name]
@@ -522,8 +574,8 @@ def build_problem(
                 emit_memo[emit_key] = (uniq, select, np.zeros((len(uniq), 1)))
             uniq, select, zero = emit_memo[emit_key]
             layouts[tnode] = uniq
-            option_time[tnode] = {False: zero, True: zero}
-            option_memory[tnode] = {False: zero, True: zero}
+            option_time[tnode] = dict.fromkeys(variants, zero)
+            option_memory[tnode] = dict.fromkeys(variants, zero)
             option_zero[tnode] = (0,)
             layer[tnode] = op.layer
             edges.append(Edge(node, tnode, select, select))
@@ -543,7 +595,9 @@ def build_problem(
                         # activations and their gradients move once per micro-batch
                         keep = k * (fwd + bwd)
                         again = k * (2 * fwd + bwd) if same_layer and train else keep
-                        edge_memo[key] = (keep, again)
+                        # selective: only the attention core re-reads its inputs
+                        redo = again if rop.score_bytes > 0 else keep
+                        edge_memo[key] = (keep, again, redo if selective else None)
                     edges.append(Edge(tnode, reader, *edge_memo[key]))
     edges += _tie_edges(graph, node_of, strategies, resharder, train)
     ordered = {n: option_time[n] for n in _graph_order(graph, members, layouts)}
@@ -569,13 +623,13 @@ def build_problem(
     )
 
 
-def _same(by_variant: dict[bool, np.ndarray]) -> dict[bool, np.ndarray]:
+def _same(by_variant: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     return by_variant
 
 
-def _kept_twice(by_variant: dict[bool, np.ndarray]) -> dict[bool, np.ndarray]:
-    """Both recomputation variants as the kept one (an op that is never recomputed)."""
-    return {False: by_variant[False], True: by_variant[False]}
+def _kept_only(by_variant: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Every recomputation variant as the kept one (an op that is never recomputed)."""
+    return dict.fromkeys(by_variant, by_variant[KEPT])
 
 
 def _graph_order(
@@ -662,7 +716,7 @@ def _tie_edges(
 
 
 def expanded_problem(
-    problem: SearchProblem, recompute: bool = False
+    problem: SearchProblem, recompute: int = KEPT
 ) -> tuple[CostGraph, dict[str, np.ndarray]]:
     """The problem with every (strategy, option) pair as its own strategy, and the memory of
     each (bytes per device): what an ILP with the exact memory constraint needs. Node ``n``'s
@@ -678,7 +732,7 @@ def expanded_problem(
         width[n] = t.shape[1]
     edges = []
     for e in problem.edges:
-        mat = e.recompute if recompute else e.keep
+        mat = e.matrix(recompute)
         mat = np.repeat(np.repeat(mat, width[e.u], axis=0), width[e.v], axis=1)
         edges.append((e.u, e.v, mat))
     return CostGraph(costs, tuple(edges)), memory

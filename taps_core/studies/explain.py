@@ -138,6 +138,8 @@ def op_choice_label(op: object) -> str:
         text += f" zero{op.zero}"  # type: ignore[attr-defined]
     if getattr(op, "recompute", False):
         text += " recompute"
+    if getattr(op, "selective", False):
+        text += " selective-recompute"
     return text
 
 

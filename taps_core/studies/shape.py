@@ -21,7 +21,8 @@ class Shape:
     of them across nodes); ``copies`` nodes of a stage that compute the same thing (replicated
     work, 1 when none); ``zero`` the ZeRO stage most ops use; ``recompute`` recomputed layers
     out of ``layers``; ``microbatches`` per step; ``training`` whether gradients are synced;
-    ``letters`` the planner's label of the dominant strategy.
+    ``letters`` the planner's label of the dominant strategy; ``selective`` layers whose
+    attention core alone is recomputed (selective recomputation).
     """
 
     tp: int
@@ -36,6 +37,7 @@ class Shape:
     microbatches: int
     letters: str
     training: bool = True
+    selective: int = 0
 
     def words(self) -> str:
         """``TP 2 x PP 1 x DP 8 (2 across nodes), ZeRO-2``; replicated work named."""
@@ -48,6 +50,8 @@ class Shape:
             parts.append(f"ZeRO-{self.zero}")
         if self.recompute:
             parts.append(f"recompute {self.recompute} of {self.layers} layers")
+        if self.selective:
+            parts.append(f"selective recompute {self.selective} of {self.layers} layers")
         if self.microbatches > 1:
             parts.append(f"{self.microbatches} micro-batches")
         return ", ".join(parts)
@@ -88,6 +92,7 @@ def plan_shape(plan: Plan) -> Shape:
         microbatches=pi.microbatches if pi is not None else plan.microbatches,
         letters=letters[key].most_common(1)[0][0] if key in letters else "",
         training=plan.mode == "train",
+        selective=plan.selective_layers,
     )
 
 
@@ -147,6 +152,8 @@ because at this bandwidth syncing gradients costs more than it saves'
         clauses.append(f"ZeRO-{fast.zero} -> ZeRO-{slow.zero}")
     if slow.recompute != fast.recompute:
         clauses.append(f"recomputed layers {fast.recompute} -> {slow.recompute}")
+    if slow.selective != fast.selective:
+        clauses.append(f"selectively recomputed layers {fast.selective} -> {slow.selective}")
     if slow.microbatches != fast.microbatches:
         clauses.append(f"micro-batches {fast.microbatches} -> {slow.microbatches}")
     if not clauses:
