@@ -99,10 +99,8 @@ def layer_groups(plan: Plan, graph: OpGraph) -> LayerGroups:
     for op in plan.ops:
         if op.layer is not None:
             shape = graph.tensors[graph.op_by_name[op.name].output].shape
-            sig.setdefault(op.layer, []).append(
-                (relative[op.name], op.strategy.label(), shape, op.zero, op.recompute,
-                 op.selective, op.stage)
-            )
+            sig.setdefault(op.layer, []).append((relative[op.name], op.strategy.label(), shape,
+                                                 op.zero, op.recompute, op.selective, op.stage))
     if len({tuple(ops) for ops in sig.values()}) > MAX_STAGE_BLOCKS:
         sig = {layer: [k[:-1] for k in ops] for layer, ops in sig.items()}
     first: dict[tuple, int] = {}
@@ -383,8 +381,8 @@ def _hover(
         f"inside a host: {level_class(op, 'intra')}"
         + ("" if across is None else f"; across hosts: {across}"),
         f"ZeRO-{op.zero}"
-        + (", layer recomputed in backward" if op.recompute else "")
-        + (", attention core recomputed in backward" if op.selective else "")
+        + (", layer" if op.recompute else ", attention core" if op.selective else "")
+        + (" recomputed in backward" if op.recompute or op.selective else "")
         + (f", pipeline stage(s) {_ranges(stages)}" if stages else ""),
         f"compute {fmt_seconds(op.compute_s)}, comm {fmt_seconds(op.comm_time_s)} "
         f"({fmt_bytes(op.comm_bytes)})" + (" per layer" if copies > 1 else ""),

@@ -119,6 +119,57 @@ def test_layered_solve_equals_plain_elimination(gpt2_small, dgx2):
     assert layered.cost == pytest.approx(plain, rel=1e-12)
 
 
+def _per_layer_graph(problem, weight, variant_of):
+    """The problem at ``time + weight * memory`` with each layer in its own recomputation
+    variant (``variant_of[layer]``): its nodes, and the edges into them (a reader re-reads
+    its inputs in its layer's variant)."""
+    from taps_core.solver.problem import CostGraph
+
+    def variant(node):
+        lay = problem.layer.get(node)
+        return 0 if lay is None else variant_of[lay]
+
+    costs = {n: problem.node_cost(n, weight, variant(n))[0] for n in problem.option_time}
+    edges = tuple((e.u, e.v, e.matrix(variant(e.v))) for e in problem.edges)
+    return CostGraph(costs, edges)
+
+
+@pytest.mark.parametrize("weight, chosen", [(0.0, 0), (1e-11, 2), (1e-10, 1)])
+def test_layered_solve_mixes_recomputation_per_layer_exactly(weight, chosen):
+    """Every layer chooses kept, selective or full recomputation on its own: the layered
+    solve at a memory weight (s/byte) equals brute force over all 3^L per-layer assignments;
+    as memory weighs more, the layers go from kept to selective to full (a gpt2 that keeps
+    attention scores)."""
+    from taps_core.search.problem import FULL, KEPT, SELECTIVE
+
+    graph = _graph("gpt2", num_hidden_layers=3, batch_size=8, seq_length=256)
+    problem = _problem(graph, preset("dgx-a100:1"))
+    assert problem.variant_keys == (KEPT, SELECTIVE, FULL)
+    layers = sorted({lay for lay in problem.layer.values() if lay is not None})
+    brute = min(
+        solve(_per_layer_graph(problem, weight, dict(zip(layers, combo)))).cost
+        for combo in itertools.product(problem.variant_keys, repeat=len(layers))
+    )
+    layered = solve_problem(problem, weight)
+    assert layered.cost == pytest.approx(brute, rel=1e-12)
+    assert layered.recompute == dict.fromkeys(layers, chosen)
+
+
+def test_memory_bound_search_recomputes_selectively_where_it_pays():
+    """Under a limit the kept plan exceeds, dropping the attention scores (a few percent of
+    compute) beats recomputing whole layers (a third more): the plan recomputes selectively,
+    fits, and is proven optimal."""
+    graph = _graph("gpt2", num_hidden_layers=4, batch_size=8, seq_length=1024)
+    t = preset("dgx-a100:1")
+    free = search(graph, t, pipeline=False, expert_seed=False)
+    assert free.selective_layers == 0 and free.recomputed_layers == 0
+    limit = 0.8 * free.memory.total
+    plan = search(graph, t, memory_limit_bytes=limit, pipeline=False, expert_seed=False)
+    assert plan.memory.total <= limit * (1 + 1e-9)
+    assert plan.selective_layers > 0
+    assert plan.total_time_s < free.total_time_s * 1.05
+
+
 @pytest.mark.parametrize("head, tail", [(False, False), (True, False), (False, True)])
 def test_pipeline_stage_layers_form_a_chain_and_solve_exactly(head, tail):
     """A stage's last layer differs (its output leaves the stage): it is solved with the rest,

@@ -39,8 +39,9 @@ def _params(model: str) -> int:
 def make_plan(model: str, nodes: int, gpn: int, rule: Rule, *, mode: str = "train",
               zero: int = 0, recompute: frozenset[int] = frozenset(), micro: int = 1,
               pipeline: dict | None = None, stage_of: Callable[[str, int | None], int] | None
-              = None) -> dict:
-    """A plan JSON of ``model`` on ``nodes`` x ``gpn`` GPUs whose ops follow ``rule``."""
+              = None, selective: frozenset[int] = frozenset()) -> dict:
+    """A plan JSON of ``model`` on ``nodes`` x ``gpn`` GPUs whose ops follow ``rule``
+    (``recompute`` / ``selective``: layers recomputed fully / their attention core only)."""
     ops = []
     for name, kind, layer in _ops(model):
         inter, intra, partial = rule(name)
@@ -50,7 +51,7 @@ def make_plan(model: str, nodes: int, gpn: int, rule: Rule, *, mode: str = "trai
         op = {"name": name, "kind": kind, "layer": layer, "strategy": strategy,
               "sharding": "column", "zero_stage": zero if kind != "elementwise" else 0,
               "recompute": layer in recompute, "compute_time_s": 0.0, "comm_time_s": 0.0,
-              "comm_bytes": 0.0}
+              "comm_bytes": 0.0, "selective_recompute": layer in selective}
         if stage_of is not None:
             op["stage"] = stage_of(name, layer)
         ops.append(op)
@@ -141,6 +142,30 @@ def test_megatron_llama_shape_and_partial_recompute() -> None:
     assert _arg(args, "--recompute-method") == "block"
     assert _arg(args, "--recompute-num-layers") == "3"
     assert any("5, 9, 30" in n for n in out.notes)
+
+
+def test_megatron_selective_recomputation() -> None:
+    """Selective recomputation is Megatron-LM's selective granularity (no method or layer
+    count: it applies to every layer); a plan recomputing only some layers' attention core
+    says that Megatron recomputes every layer's; mixed with full recomputation it cannot be
+    expressed (one granularity for every layer)."""
+    every = export_plan(make_plan("gpt2", 1, 4, megatron_rule(4, 1),
+                                  selective=frozenset(range(12))), "megatron")
+    args = every.data["args"]
+    assert _arg(args, "--recompute-granularity") == "selective"
+    assert "--recompute-method" not in args and "--recompute-num-layers" not in args
+    assert not any("selective granularity" in n for n in every.notes)
+    some = export_plan(make_plan("gpt2", 1, 4, megatron_rule(4, 1),
+                                 selective=frozenset({2, 3})), "megatron")
+    assert _arg(some.data["args"], "--recompute-granularity") == "selective"
+    assert any("layers 2-3 only" in n for n in some.notes), some.notes
+    with pytest.raises(NotExpressibleError, match="--recompute-granularity is one setting"):
+        export_plan(make_plan("gpt2", 1, 4, megatron_rule(4, 1), recompute=frozenset({0}),
+                              selective=frozenset({1})), "megatron")
+    ds = export_plan(make_plan("gpt2", 1, 8, data_parallel_rule(1, 8),
+                               selective=frozenset({0, 1})), "deepspeed", batch=64)
+    assert "activation_checkpointing" in ds.data
+    assert any("attention core of layers 0-1" in n for n in ds.notes), ds.notes
 
 
 def test_data_parallel_plan_exports_tp1() -> None:

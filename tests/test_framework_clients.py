@@ -112,6 +112,7 @@ MEGATRON = [  # (model, nodes, GPUs, rule, extra)
     ("gpt3-175b", 2, 8, megatron_rule(8, 2), {}),
     ("gpt3-175b", 2, 8, megatron_rule(8, 2, sp=True), {}),
     ("gpt3-175b", 2, 8, megatron_rule(8, 2), {"recompute": frozenset(range(96))}),
+    ("gpt3-175b", 2, 8, megatron_rule(8, 2, sp=True), {"selective": frozenset(range(96))}),
     ("llama3-8b", 1, 8, megatron_rule(8, 1), {}),
     ("gpt2", 2, 8, data_parallel_rule(2, 8), {"zero": 1}),
 ]
@@ -127,6 +128,8 @@ def test_megatron_core_accepts_every_megatron_export(model, nodes, gpus, rule, e
     assert cfg.sequence_parallel == ("--sequence-parallel" in args)
     if extra.get("recompute"):
         assert cfg.recompute_granularity == "full"
+    if extra.get("selective"):
+        assert cfg.recompute_granularity == "selective"
 
 
 @needs_mcore

@@ -45,6 +45,17 @@ def test_megatron_arguments_give_the_published_configuration():
     assert (uneven.first, uneven.last) == (5, 7) and uneven.text().endswith("first=5,last=7")
 
 
+@pytest.mark.parametrize("flags", ["--recompute-granularity selective", "--recompute-activations"])
+def test_megatron_selective_recomputation_is_priced_as_selective(flags):
+    """Megatron-LM's selective granularity (and its alias --recompute-activations) is the
+    ``recompute=selective`` configuration."""
+    text = MEGATRON_175B.replace(
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+        flags)
+    got = fixed_from_megatron_args(text, 1536, _model())
+    assert got == FixedConfig(tp=8, pp=16, mbs=1, sp=True, recompute="selective", zero=1)
+
+
 @pytest.mark.parametrize("text,field", [
     ("--tensor-model-parallel-size 8 --no-such-flag 3", "--fixed-from flag"),
     ("--tensor-model-parallel-size eight", "--fixed-from --tensor-model-parallel-size"),
@@ -53,7 +64,8 @@ def test_megatron_arguments_give_the_published_configuration():
     ("--use-torch-fsdp2 --use-distributed-optimizer", "--fixed-from --use-torch-fsdp2"),
     ("--context-parallel-size 2", "--fixed-from --context-parallel-size"),
     ("--num-layers-per-virtual-pipeline-stage 2", "--fixed-from --num-layers-per-virtual"),
-    ("--recompute-activations", "--fixed-from --recompute-granularity"),
+    ("--recompute-granularity selective --recompute-method uniform",
+     "--fixed-from --recompute-method"),  # Megatron-LM refuses a method with selective
     ("--recompute-granularity full --recompute-method block --recompute-num-layers 4",
      "--fixed-from --recompute-num-layers"),
     ("--num-layers 80", "--fixed-from --num-layers"),  # the planned model has 96

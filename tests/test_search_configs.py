@@ -174,6 +174,27 @@ def test_the_answer_is_the_fastest_fitting_configuration(space):
     assert found.plan.search.algorithm == f"{space}-exhaustive"
 
 
+def test_selective_recomputation_is_in_megatrons_space_where_it_changes_something():
+    """Megatron-LM's selective recomputation is a configuration of its space when the model
+    keeps attention scores (not with fused attention: it would equal none), never of
+    DeepSpeed's (its checkpointing is per layer); priced, it keeps less than none and runs
+    less than full."""
+    topology = preset("dgx-a100:2")
+    graph = _graph("gpt2", 4, 32)
+    recomputes = {c.recompute for c in configurations(graph, topology, "train", "megatron")}
+    assert recomputes == {"none", "selective", "full"}
+    flash = _graph("gpt2", 4, 32, flash_attention=True)
+    assert {c.recompute for c in configurations(flash, topology, "train", "megatron")} == {
+        "none", "full"}
+    assert {c.recompute for c in configurations(graph, topology, "train", "deepspeed")} == {
+        "none", "full"}
+    pricer = _Pricer(graph, topology, "train", LinkModel(topology))
+    none, sel, full = (pricer.price(parse_fixed(f"tp=2,pp=2,mbs=2,recompute={rc}"))
+                       for rc in ("none", "selective", "full"))
+    assert full.memory_bytes < sel.memory_bytes < none.memory_bytes
+    assert none.step_s < sel.step_s < full.step_s
+
+
 def test_nothing_fits_names_the_leanest():
     graph, topology = _graph("gpt2", 4, 32), preset("dgx-a100:1")
     with pytest.raises(InfeasibleError, match="no megatron configuration fits"):

@@ -589,15 +589,10 @@ def build_problem(
                     key = (emit_key, op_signature(graph, rop), id(strategies[reader]), pos)
                     key = (*key, same_layer)
                     if key not in edge_memo:
-                        fwd, bwd = _reader_matrices(
-                            resharder, tensor.nbytes, uniq, rop, pos, strategies[reader], train
+                        edge_memo[key] = _read_costs(
+                            resharder, tensor.nbytes, uniq, rop, pos, strategies[reader],
+                            train, k, same_layer, selective,
                         )
-                        # activations and their gradients move once per micro-batch
-                        keep = k * (fwd + bwd)
-                        again = k * (2 * fwd + bwd) if same_layer and train else keep
-                        # selective: only the attention core re-reads its inputs
-                        redo = again if rop.score_bytes > 0 else keep
-                        edge_memo[key] = (keep, again, redo if selective else None)
                     edges.append(Edge(tnode, reader, *edge_memo[key]))
     edges += _tie_edges(graph, node_of, strategies, resharder, train)
     ordered = {n: option_time[n] for n in _graph_order(graph, members, layouts)}
@@ -621,6 +616,21 @@ def build_problem(
         batch_memory,
         sync_slope,
     )
+
+
+def _read_costs(
+    resharder: Resharder, nbytes: float, layouts: list[Layout], reader: OpSpec, pos: int,
+    strategies: list[Strategy], train: bool, k: int, same_layer: bool, selective: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Seconds [layouts, reader strategies] for ``reader`` to read a tensor of ``nbytes`` at
+    input ``pos`` over ``k`` micro-batches, kept / fully recomputed / selectively recomputed
+    (None without that variant): a recomputed reader in the producer's layer converts its
+    input again in backward; under selective recomputation only the attention core does."""
+    fwd, bwd = _reader_matrices(resharder, nbytes, layouts, reader, pos, strategies, train)
+    keep = k * (fwd + bwd)  # activations and their gradients move once per micro-batch
+    again = k * (2 * fwd + bwd) if same_layer and train else keep
+    redo = again if reader.score_bytes > 0 else keep
+    return keep, again, redo if selective else None
 
 
 def _same(by_variant: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
