@@ -26,23 +26,27 @@ def within_limit(run: Callable[[float], Plan], limit_bytes: float) -> Plan:
     proved it); otherwise the limit shrinks and the plan is "feasible", above the first
     search's bound. The limit shrinks by the overflow, from the fourth retry on at least
     doubling its shrink (plans that overflow in turn cannot stall it; the first retries stay
-    as close to the limit as the overflow allows); a shrink past every fitting plan is
-    bisected back. Raises InfeasibleError when no retry fits."""
+    as close to the limit as the overflow allows), and so does a retry after one that returned
+    the same plan (a shrink below the search's memory resolution); a shrink past every fitting
+    plan is bisected back. Raises InfeasibleError when no retry fits."""
     plan = first = run(limit_bytes)
     lo, hi = 0.0, limit_bytes  # shrinks of the limit: lo's plan overflows, hi's search fails
+    same = False  # the last retry returned the plan before it (its shrink was too small)
     for attempt in range(TRANSIENT_RETRIES):
         over = plan.memory.total - limit_bytes
         if over <= limit_bytes * 1e-9:
             break
-        shrink = lo + over if attempt < PLAIN_RETRIES else max(lo + over, 2 * lo)
+        plain = attempt < PLAIN_RETRIES and not same
+        shrink = lo + over if plain else max(lo + over, 2 * lo)
         if shrink >= hi:
             shrink = (lo + hi) / 2
         try:
-            plan = run(limit_bytes - shrink)
+            again = run(limit_bytes - shrink)
         except InfeasibleError:
             hi = shrink
             continue
-        lo = shrink
+        same = (again.memory.total, again.total_time_s) == (plan.memory.total, plan.total_time_s)
+        plan, lo = again, shrink
     over = plan.memory.total - limit_bytes
     if over > limit_bytes * 1e-9:
         raise InfeasibleError(
