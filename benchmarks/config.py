@@ -56,7 +56,9 @@ class BenchConfig:
     sweep_low_Bps: float = 1e9
     sweep_high_Bps: float = 400e9
     sweep_points: int = 17
-    sweep_refine_steps: int = 6  # bisection steps locating each plan change
+    # bisection steps locating each plan change (3: to 5% of a 1.45x grid step; each is a
+    # search, a minute at llama3-70b's memory-bound low-bandwidth points)
+    sweep_refine_steps: int = 3
     # 4. pipelining: (model, cluster, global batch), each planned with and without stages
     pipeline_scenarios: tuple[tuple[str, str, int], ...] = (
         ("gpt2", "dgx-a100:4", 32),

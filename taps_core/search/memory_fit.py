@@ -17,18 +17,19 @@ from taps_core.plan.records import Plan
 from taps_core.units import GiB
 
 TRANSIENT_RETRIES = 8  # searches with a tightened limit when transient buffers overflow it
-PLAIN_RETRIES = 3  # the first retries shrink by the overflow alone; later ones at least double
+PLAIN_RETRIES = 1  # the first retry shrinks by the overflow alone; later ones at least double
 
 
 def within_limit(run: Callable[[float], Plan], limit_bytes: float) -> Plan:
     """``run(search_limit)`` until its plan fits ``limit`` bytes per device, exactly counted
     (see the module docstring): the first plan stands when it fits (optimal if its search
     proved it); otherwise the limit shrinks and the plan is "feasible", above the first
-    search's bound. The limit shrinks by the overflow, from the fourth retry on at least
-    doubling its shrink (plans that overflow in turn cannot stall it; the first retries stay
-    as close to the limit as the overflow allows), and so does a retry after one that returned
-    the same plan (a shrink below the search's memory resolution); a shrink past every fitting
-    plan is bisected back. Raises InfeasibleError when no retry fits."""
+    search's bound. The first retry shrinks the limit by the overflow (as close to the limit as
+    it allows), later ones at least double the shrink (plans that overflow in turn cannot stall
+    it: each retry is a whole search, and mixing recomputation variants leaves small overflows
+    retry after retry), and so does a retry after one that returned the same plan (a shrink
+    below the search's memory resolution); a shrink past every fitting plan is bisected back.
+    Raises InfeasibleError when no retry fits."""
     plan = first = run(limit_bytes)
     lo, hi = 0.0, limit_bytes  # shrinks of the limit: lo's plan overflows, hi's search fails
     same = False  # the last retry returned the plan before it (its shrink was too small)
