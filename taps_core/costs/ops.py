@@ -361,6 +361,12 @@ def reruns_forward(op: OpSpec, recompute: bool, selective: bool) -> bool:
     return recompute or (selective and op.score_bytes > 0)
 
 
+def keeps_scores(graph: OpGraph) -> bool:
+    """Whether a layer of ``graph`` keeps attention scores for backward: then selective
+    recomputation differs from none (not with fused attention)."""
+    return any(reruns_forward(op, False, True) and op.layer is not None for op in graph.ops)
+
+
 def op_option(
     cost: OpCost,
     mode: str,

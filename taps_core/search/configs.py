@@ -41,7 +41,7 @@ import numpy as np
 from taps_core.cluster.links import LinkModel
 from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import TopologyCost
-from taps_core.costs.ops import Memory
+from taps_core.costs.ops import Memory, keeps_scores
 from taps_core.errors import InfeasibleError, InvalidInputError
 from taps_core.ir.graph import MEMORY_BOUND_KINDS, OpGraph
 from taps_core.plan.records import Plan, SearchInfo
@@ -49,7 +49,6 @@ from taps_core.search.fixed_config import (
     RECOMPUTE,
     FixedConfig,
     Layout3D,
-    keeps_scores,
     one_stage,
     plan_fixed,
     resolve,

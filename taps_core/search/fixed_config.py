@@ -42,12 +42,6 @@ FIXED_KEYS = ("tp", "pp", "dp", "mbs", "sp", "recompute", "zero", "first", "last
 RECOMPUTE = ("none", "selective", "full")
 
 
-def keeps_scores(graph: OpGraph) -> bool:
-    """Whether a layer of ``graph`` keeps attention scores for backward: then selective
-    recomputation differs from none (not with fused attention)."""
-    return any(op.score_bytes > 0 and op.layer is not None for op in graph.ops)
-
-
 def tp_letter(op: OpSpec) -> str | None:
     """The letter Megatron splits for a column ('output features') or row ('contraction') op."""
     if op.tp_role == "column":

@@ -26,6 +26,7 @@ import numpy as np
 
 from taps_core.cluster.topology import Topology
 from taps_core.costs.collectives import CommCost
+from taps_core.costs.ops import keeps_scores, reruns_forward
 from taps_core.costs.reshard import Resharder, plain
 from taps_core.errors import InfeasibleError
 from taps_core.ir.graph import OpGraph, OpSpec
@@ -460,7 +461,7 @@ def _group_options(
     times, mems, per_copy, batch = {}, {}, {}, {}
     # ops whose forward re-runs in each variant (selective: those keeping attention scores)
     again = {KEPT: [False] * len(ops), FULL: [True] * len(ops),
-             SELECTIVE: [op.score_bytes > 0 for op in ops]}
+             SELECTIVE: [reruns_forward(op, False, True) for op in ops]}
     variants = ((KEPT, FULL, SELECTIVE) if selective else (KEPT, FULL)) if train else (KEPT,)
     for rc in variants:
         if rc == SELECTIVE and not any(again[SELECTIVE]):  # nothing to re-create: as kept
@@ -524,7 +525,7 @@ def build_problem(
     k = microbatches
     members, node_of = _sibling_groups(graph)
     # selective recomputation is a variant of its own only where a layer keeps scores
-    selective = train and any(op.score_bytes > 0 and op.layer is not None for op in graph.ops)
+    selective = train and keeps_scores(graph)
     variants = (KEPT, FULL, SELECTIVE) if selective else (KEPT, FULL)
     strategies: dict[str, list[Strategy]] = {}
     option_time: dict[str, dict[int, np.ndarray]] = {}
@@ -629,7 +630,7 @@ def _read_costs(
     fwd, bwd = _reader_matrices(resharder, nbytes, layouts, reader, pos, strategies, train)
     keep = k * (fwd + bwd)  # activations and their gradients move once per micro-batch
     again = k * (2 * fwd + bwd) if same_layer and train else keep
-    redo = again if reader.score_bytes > 0 else keep
+    redo = again if reruns_forward(reader, False, True) else keep
     return keep, again, redo if selective else None
 
 
