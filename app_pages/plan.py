@@ -51,8 +51,12 @@ def main() -> None:
         "per stage): the plan stays, its claim becomes 'optimal' or a certified gap. Seconds "
         "on small models, a minute on the largest.",
     )
+    # the headline's slots come before the search: a rerun empties the previous plan's line
+    # and reasons at once, so its reasons can never stand beside the new plan's line, however
+    # the browser batches the updates that follow
+    slots = (st.empty(), st.empty(), st.empty())
     plan = need_plan(ctx, prove)
-    why_box = _headline(plan)
+    why_box = _headline(plan, *slots)
     your_configuration(ctx, plan)
     view = (plan_args(ctx, prove), ctx.tag)  # what the views drawn from the plan depend on
     mem_fig = _memory(plan, view)
@@ -65,15 +69,16 @@ def main() -> None:
         why_this_plan(ctx, plan)
 
 
-def _headline(plan: Plan) -> DeltaGenerator:
-    """The plan in words and its headline figures; returns the box kept for 'why this plan'."""
-    st.markdown(f"**Plan:** {describe(plan)}")
-    if plan.search.note:
-        st.info(f"Search: {plan.search.note}")
-    # filled last (it prices a few runner-ups); until then it says so, and one slot means the
-    # previous plan's reasons are gone the moment this plan's figures are drawn below it
-    why_box = st.empty()
+def _headline(
+    plan: Plan, line: DeltaGenerator, note: DeltaGenerator, why_box: DeltaGenerator
+) -> DeltaGenerator:
+    """The plan in words (in ``line``), its search note and headline figures; returns
+    ``why_box``, kept for 'why this plan'."""
+    # 'why' first: it is filled last (it prices a few runner-ups) and until then says so
     why_box.info("Why this plan: pricing its decisions against their runner-ups...")
+    if plan.search.note:
+        note.info(f"Search: {plan.search.note}")
+    line.markdown(f"**Plan:** {describe(plan)}")
     c = st.columns(4)
     c[0].metric(
         "Step time",
