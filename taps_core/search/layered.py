@@ -7,8 +7,14 @@ kept for backward, recomputed and selectively recomputed (each layer chooses). L
 together cost ``M^(L-1)`` (min-plus power, by repeated squaring); the rest of the graph is
 solved with that one edge in place of the stack; a Viterbi pass over M recovers every layer
 boundary and the (memoised) per-layer elimination recovers every op inside. Exact, like the
-plain DP. Layers outside the chain (and every layer of a model without one) share one
-recomputation choice.
+plain DP.
+
+Layers outside the chain (a pipeline stage's first layer, whose input comes from the previous
+stage, its odd last one, and every layer of a model without a chain) choose their variant on
+their own too (:func:`loose_layers`): each is cut out at the tensors it shares with the rest,
+eliminated per variant into a table over them, and the best variant per boundary layout joins
+the rest as one edge. Only where a layer cannot be cut out at two tensors do the layers outside
+the chain share one choice.
 """
 
 from __future__ import annotations
@@ -136,6 +142,134 @@ def _sealed(
     return not (idx + 1 < len(layers) and nbrs[exits[idx]] - inside - set(layers[idx + 1]))
 
 
+@dataclass(frozen=True)
+class LooseLayer:
+    """A layer outside the chain, cut out of the rest at one or two tensor nodes: its
+    ``nodes`` (ops and the tensors only it reads) and the ``boundary`` tensors it shares."""
+
+    layer: int
+    nodes: tuple[str, ...]
+    boundary: tuple[str, ...]
+
+
+def loose_layers(problem: SearchProblem, names: set[str]) -> tuple[LooseLayer, ...] | None:
+    """The layers lying wholly in ``names``, each cut out at the tensors it shares with the
+    rest, or None when one cannot be (more than two such tensors, or a shared node that costs
+    anything: it could not be counted once); ``()`` when no layered op is in ``names``.
+
+    Why exact: a layer's ops touch only tensor nodes, and its tensors read outside it are kept
+    with the rest, so given their layouts the layer's cost, in each variant, is independent of
+    everything else; tensor nodes cost nothing (0, or inf for a layout they cannot take)."""
+    key = "loose:" + ",".join(sorted(names))
+    if key not in problem.structure_memo:
+        problem.structure_memo[key] = _loose_layers(problem, names)
+    return problem.structure_memo[key]  # type: ignore[return-value]
+
+
+def _free(problem: SearchProblem, node: str) -> bool:
+    """A tensor node costing nothing in every variant (inf where a layout is impossible)."""
+    return node.startswith(TENSOR_PREFIX) and all(
+        np.all((problem.option_time[node][v] == 0) | np.isinf(problem.option_time[node][v]))
+        and not np.any(problem.option_memory[node][v])
+        for v in problem.variant_keys
+    )
+
+
+def _loose_layers(problem: SearchProblem, names: set[str]) -> tuple[LooseLayer, ...] | None:
+    by_layer: dict[int, list[str]] = {}
+    for n, lay in problem.layer.items():
+        if lay is not None:
+            by_layer.setdefault(lay, []).append(n)
+    nbrs = _neighbours(problem)
+    out = []
+    rest = set(names)
+    for lay, members in sorted(by_layer.items()):
+        inside = set(members)
+        if not inside & names:
+            continue
+        if not inside <= names:  # a chain layer's handle (its exit) in the rest
+            if not all(_free(problem, n) for n in inside & names):
+                return None
+            continue
+        shared = {n for n in members if n.startswith(TENSOR_PREFIX) and nbrs[n] - inside}
+        own = inside - shared
+        boundary = sorted({b for n in own for b in nbrs[n]} - own)
+        if not 1 <= len(boundary) <= 2 or not all(_free(problem, b) for b in boundary):
+            return None
+        out.append(LooseLayer(lay, tuple(n for n in members if n in own), tuple(boundary)))
+        rest -= own
+    if any(problem.layer.get(n) is not None and not _free(problem, n) for n in rest):
+        return None
+    return tuple(out)
+
+
+def _loose_tables(
+    problem: SearchProblem, loose: tuple[LooseLayer, ...], weight: float
+) -> list[tuple[np.ndarray, np.ndarray, dict[int, Any]]]:
+    """Per loose layer: its least cost per boundary layout over its variants, the variant
+    reaching it (ties: the earlier variant, recomputing less) and each variant's recovery."""
+    out = []
+    for lay in loose:
+        nodes = set(lay.nodes) | set(lay.boundary)
+        made = {
+            rc: reduce_to(problem.cost_graph(weight, nodes=nodes, recompute=rc), lay.boundary)
+            for rc in variants(problem, set(lay.nodes), weight)
+        }
+        tried = tuple(made)
+        stacked = np.stack([made[v][0] for v in tried])
+        pick = stacked.argmin(axis=0)
+        table = np.take_along_axis(stacked, pick[None], axis=0)[0]
+        out.append((table, np.asarray(tried)[pick], {v: made[v][1] for v in tried}))
+    return out
+
+
+@dataclass(frozen=True)
+class _Solved:
+    """A solution of part of a problem (the plain solver's fields the callers read)."""
+
+    cost: float
+    strategies: dict[str, int]
+    stats: dict[str, Any]
+
+
+def _solve_rest(
+    problem: SearchProblem,
+    names: set[str],
+    weight: float,
+    extra: tuple[tuple[str, str, np.ndarray], ...],
+) -> tuple[_Solved | None, dict[str, int], dict[int, int]]:
+    """The nodes ``names`` (with ``extra`` edges) solved once, each loose layer in its best
+    variant. Returns (the solution, every node of ``names`` assigned; the variant of each
+    loose layer's nodes; of each loose layer), or (None, {}, {}) when no layer is loose or one
+    cannot be cut out."""
+    loose = loose_layers(problem, names)
+    if not loose:
+        return None, {}, {}
+    tables = _loose_tables(problem, loose, weight)
+    rest = names - {n for lay in loose for n in lay.nodes}
+    top = problem.cost_graph(weight, nodes=rest, recompute=KEPT)
+    costs = {n: c.copy() for n, c in top.node_costs.items()}
+    edges = list(top.edges) + list(extra)
+    for lay, (table, _, _) in zip(loose, tables):
+        if len(lay.boundary) == 1:
+            costs[lay.boundary[0]] = costs[lay.boundary[0]] + table
+        else:
+            edges.append((lay.boundary[0], lay.boundary[1], table))
+    sol = solve(CostGraph(costs, tuple(edges)))
+    choice = dict(sol.strategies)
+    rc_of: dict[str, int] = {}
+    layers: dict[int, int] = {}
+    for lay, (_, which, recover) in zip(loose, tables):
+        key = tuple(choice[b] for b in lay.boundary)
+        rc = int(which[key])
+        inner = recover[rc](key)
+        for n in lay.nodes:
+            choice[n] = inner[n]
+            rc_of[n] = rc
+        layers[lay.layer] = rc
+    return _Solved(sol.cost, choice, sol.stats), rc_of, layers
+
+
 def variants(
     problem: SearchProblem, nodes: set[str] | None = None, memory_weight: float | None = None
 ) -> tuple[int, ...]:
@@ -166,7 +300,18 @@ def _options(
 
 
 def _solve_flat(problem: SearchProblem, weight: float) -> Assignment:
-    """Whole graph in one elimination, once per recomputation variant."""
+    """Whole graph in one elimination: each layer cut out in its best variant
+    (:func:`loose_layers`), else once per recomputation variant shared by every layer."""
+    whole, rc_of, layers = _solve_rest(problem, set(problem.option_time), weight, ())
+    if whole is not None:
+        choice = whole.strategies
+        return Assignment(
+            {n: choice[n] for n in problem.option_time},
+            _options(problem, choice, weight, rc_of),
+            layers,
+            whole.cost,
+            {**whole.stats, "layered": False},
+        )
     best, rc = None, KEPT  # the cheapest solution and its recomputation variant
     for variant in variants(problem, memory_weight=weight):
         sol = solve(problem.cost_graph(weight, recompute=variant))
@@ -209,18 +354,26 @@ def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Assignm
     last = chain.exits[-1]
     middle = {n for lay in chain.layers[1:] for n in lay}
     top_nodes = (set(problem.option_time) - middle) | {last}
-    best, top_rc = None, KEPT  # the cheapest top solution and its recomputation variant
-    for variant in variants(problem, top_nodes - {last, entry}, memory_weight):
-        top = problem.cost_graph(memory_weight, nodes=top_nodes, recompute=variant)
-        top = CostGraph(top.node_costs, (*top.edges, (entry, last, stack)))
-        sol = solve(top)
-        if best is None or sol.cost < best.cost:
-            best, top_rc = sol, variant
-    assert best is not None
+    best, rc_of, layers = _solve_rest(
+        problem, top_nodes, memory_weight, ((entry, last, stack),)
+    )
+    if best is None:  # the layers outside the chain share one variant
+        top_rc = KEPT  # the cheapest top solution's recomputation variant
+        for variant in variants(problem, top_nodes - {last, entry}, memory_weight):
+            top = problem.cost_graph(memory_weight, nodes=top_nodes, recompute=variant)
+            top = CostGraph(top.node_costs, (*top.edges, (entry, last, stack)))
+            sol = solve(top)
+            if best is None or sol.cost < best.cost:
+                best, top_rc = sol, variant
+        assert best is not None
+        rc_of = {n: top_rc for n in best.strategies if problem.layer.get(n) is not None}
+        layers = {problem.layer[n]: top_rc for n in best.strategies
+                  if problem.layer.get(n) is not None}
     cost, top_choice, stats = best.cost, best.strategies, best.stats
     choice = dict(top_choice)
-    rc_of = {n: top_rc for n in top_choice if problem.layer.get(n) is not None}
-    layers = {problem.layer[n]: top_rc for n in top_choice if problem.layer.get(n) is not None}
+    for n in top_choice:  # a chain handle's layer: set by the chain below
+        if problem.layer.get(n) is not None:
+            layers.setdefault(problem.layer[n], KEPT)
     bounds = _viterbi(m, choice[entry], choice[last], repeats)
     cache: dict[tuple[int, int], dict[str, int]] = {}
     for idx in range(1, len(chain.layers)):

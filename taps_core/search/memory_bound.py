@@ -22,7 +22,14 @@ from typing import NamedTuple
 import numpy as np
 
 from taps_core.search.chain_memory import ChainPoints, cheapest_chain
-from taps_core.search.layered import Assignment, Chain, find_chain, solve_problem, variants
+from taps_core.search.layered import (
+    Assignment,
+    Chain,
+    find_chain,
+    loose_layers,
+    solve_problem,
+    variants,
+)
 from taps_core.search.problem import KEPT, SearchProblem
 from taps_core.solver import fronts
 from taps_core.solver.fronts import FrontTable, Rules
@@ -31,6 +38,7 @@ from taps_core.solver.minplus import repeated_squaring
 DUAL_STEPS = 12
 RC_BLOCK = "__rc__"
 RC_TOP = "__rc_top__"
+RC_LAYER = "__rc_layer__:"  # + a loose layer's index: its own variant (layered.loose_layers)
 
 
 @dataclass(frozen=True)
@@ -113,42 +121,75 @@ def dual_bounds(
 
 def build_schedule(problem: SearchProblem) -> tuple[fronts.Schedule, Chain | None]:
     """One elimination schedule for the whole problem: the layer block (every recomputation
-    variants), its repeated squaring when the model has a chain of identical layers, and the
-    rest of the graph (its variants) with the chain as one edge."""
+    variant), its repeated squaring when the model has a chain of identical layers, and the
+    rest of the graph with the chain as one edge (the layers there each in their variant)."""
     sched = fronts.Schedule()
     chain = find_chain(problem)
     all_nodes = set(problem.option_time)
 
-    def part(names: set[str], keep: tuple[str, ...], key: str, extra=()) -> int:  # type: ignore[no-untyped-def]
-        alts, flags = [], variants(problem, names - set(keep))
-        for rc in flags:
-            nodes = {
-                n: sched.input(("node", n, rc), (len(problem.option_time[n][rc]),))
-                for n in problem.option_time
-                if n in names
-            }
-            edges = [
-                (e.u, e.v, sched.input(("edge", i, rc), e.keep.shape))
-                for i, e in enumerate(problem.edges)
-                if e.u in names and e.v in names
-            ]
-            alts.append(fronts.eliminate_schedule(sched, nodes, edges + list(extra), keep))
+    def eliminated(
+        names: set[str],
+        keep: tuple[str, ...],
+        rc: int,
+        held: dict[str, int] | None = None,
+        extra: tuple[tuple[str, str, int], ...] = (),
+    ) -> int:
+        """``names`` in variant ``rc`` folded onto ``keep``; ``held``: node tables to use
+        instead of a node's own input, ``extra``: more edge tables."""
+        nodes = {
+            n: sched.input(("node", n, rc), (len(problem.option_time[n][rc]),))
+            for n in problem.option_time
+            if n in names
+        }
+        nodes.update(held or {})
+        edges = [
+            (e.u, e.v, sched.input(("edge", i, rc), e.keep.shape))
+            for i, e in enumerate(problem.edges)
+            if e.u in names and e.v in names
+        ]
+        return fronts.eliminate_schedule(sched, nodes, [*edges, *extra], keep)
+
+    def every_variant(names: set[str], keep: tuple[str, ...], key: str) -> int:
+        flags = variants(problem, names - set(keep))
+        alts = [eliminated(names, keep, rc) for rc in flags]
         if len(alts) == 1:
             return alts[0]
         return sched.step(
             "union", tuple(alts), sched.shapes[alts[0]], key=key, values=tuple(map(int, flags))
         )
 
+    def part(names: set[str], keep: tuple[str, ...]) -> int:
+        """``names`` folded onto ``keep``, each loose layer in its own variant (as
+        :func:`~taps_core.search.layered.solve_problem` does), else every variant shared."""
+        loose = loose_layers(problem, names)
+        if not loose:
+            return every_variant(names, keep, RC_TOP)
+        held: dict[str, int] = {}
+        extra = []
+        for lay in loose:
+            tab = every_variant(set(lay.nodes) | set(lay.boundary), lay.boundary,
+                                f"{RC_LAYER}{lay.layer}")
+            if len(lay.boundary) == 2:
+                extra.append((lay.boundary[0], lay.boundary[1], tab))
+                continue
+            (b,) = lay.boundary
+            own = held.get(b)
+            if own is None:
+                own = sched.input(("node", b, KEPT), (len(problem.option_time[b][KEPT]),))
+            held[b] = sched.step("add", (own, tab), sched.shapes[tab])
+        rest = names - {n for lay in loose for n in lay.nodes}
+        return eliminated(rest, keep, KEPT, held, tuple(extra))
+
     if chain is None:
-        sched.final = part(all_nodes, (), RC_TOP)
+        sched.final = part(all_nodes, ())
         return sched, None
     first, entry = chain.layers[1], chain.exits[0]
-    block = part(set(first) | {entry}, (entry, chain.exits[1]), RC_BLOCK)
+    block = every_variant(set(first) | {entry}, (entry, chain.exits[1]), RC_BLOCK)
     stack = _power_steps(sched, block, len(chain.layers) - 1, chain.exits[1])
     last = chain.exits[-1]
     middle = {n for lay in chain.layers[1:] for n in lay}
     top_nodes = (all_nodes - middle) | {last}
-    top = part(top_nodes, (entry, last), RC_TOP)
+    top = part(top_nodes, (entry, last))
     sched.final = sched.step("join", (top, stack), ())
     sched.marks = {"block": block, "top": top}
     return sched, chain
@@ -301,6 +342,8 @@ def _assignment(
         for (key, off), value in found.items():
             if key == RC_TOP:
                 top_rc = int(value)
+            elif key.startswith(RC_LAYER):
+                recompute[int(key[len(RC_LAYER):])] = int(value)
             elif key == RC_BLOCK:
                 lay = problem.layer[chain.layers[1 + off][0]] if chain is not None else None
                 if lay is not None:

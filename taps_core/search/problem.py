@@ -18,7 +18,7 @@ and its reader. Costs of identical ops and edges are computed once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -727,23 +727,31 @@ def _tie_edges(
 
 
 def expanded_problem(
-    problem: SearchProblem, recompute: int = KEPT
+    problem: SearchProblem, recompute: int | Mapping[int, int] = KEPT
 ) -> tuple[CostGraph, dict[str, np.ndarray]]:
     """The problem with every (strategy, option) pair as its own strategy, and the memory of
     each (bytes per device): what an ILP with the exact memory constraint needs. Node ``n``'s
     expanded index ``s * options + o`` is strategy ``s`` with option ``o``; absent options
-    cost +inf. All layered nodes take the ``recompute`` variant."""
+    cost +inf. Layered nodes take the ``recompute`` variant, or their layer's in a mapping
+    ``{layer: variant}`` (an edge its reader's, as the search prices it)."""
+
+    def variant(node: str) -> int:
+        if isinstance(recompute, int):
+            return recompute
+        lay = problem.layer.get(node)
+        return KEPT if lay is None else recompute[lay]
+
     costs: dict[str, np.ndarray] = {}
     memory: dict[str, np.ndarray] = {}
     width: dict[str, int] = {}
     for n in problem.option_time:
-        t = problem.option_time[n][recompute]
+        t = problem.option_time[n][variant(n)]
         costs[n] = t.ravel().copy()
-        memory[n] = np.where(np.isfinite(t), problem.option_memory[n][recompute], 0.0).ravel()
+        memory[n] = np.where(np.isfinite(t), problem.option_memory[n][variant(n)], 0.0).ravel()
         width[n] = t.shape[1]
     edges = []
     for e in problem.edges:
-        mat = e.matrix(recompute)
+        mat = e.matrix(variant(e.v))
         mat = np.repeat(np.repeat(mat, width[e.u], axis=0), width[e.v], axis=1)
         edges.append((e.u, e.v, mat))
     return CostGraph(costs, tuple(edges)), memory
