@@ -7,7 +7,10 @@ between two neighbouring points, TAPS alone narrows down the switch bandwidth: f
 just beside where the two plans' re-costed steps cross (enough when the change is that crossover),
 then bisection; the ops whose strategy changed are listed in words. A change where one end's
 plan, re-costed at the other end, beats the unproven search's plan there is reported and not
-narrowed down (:func:`search_missed`).
+narrowed down (:func:`search_missed`), and so is a *rearrangement*: both ends share their
+structure in Megatron terms (TP / PP / DP sizes, ZeRO stage, micro-batches, which kinds of
+recomputation) and only move some ops between equal-shaped splits (:func:`structure`), as
+memory-bound plans do from point to point; bisecting those spent most of the sweep's time.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from taps_core.plan.records import NotFitting, Plan, SearchInfo
 from taps_core.plan.report import describe, strategy_words
 from taps_core.search.baselines import BASELINES, compare
 from taps_core.search.planner import search
+from taps_core.studies.shape import plan_shape
 
 PRESET_NIC_Bps = 25e9  # dgx-a100: 8 x HDR 200 Gb/s
 
@@ -81,6 +85,7 @@ class Change:
     tie: bool
     after_status: str = ""  # search status of the new plan (optimal / feasible)
     missed_s: float = 0.0  # > 0: not narrowed down, the search missed this much at one end
+    rearranged: bool = False  # same structure at both ends (:func:`structure`): not narrowed
 
 
 @dataclass
@@ -187,6 +192,13 @@ def locate(
                               at_hi - hi_plan.total_time_s, True, hi_plan.search.status))
             break
         missed = search_missed(lo_plan, at_lo, hi_plan, at_hi)
+        if not twins and not missed and structure(lo_plan) == structure(hi_plan):
+            gap = at_hi - hi_plan.total_time_s
+            out.append(Change(lo_bw, hi_bw, describe(lo_plan), describe(hi_plan),
+                              diff(lo_plan, hi_plan), _changed(lo_plan, hi_plan), gap,
+                              abs(gap) <= TIE_REL * hi_plan.total_time_s,
+                              hi_plan.search.status, rearranged=True))
+            break
         if not twins and missed > 0:
             out.append(Change(lo_bw, hi_bw, describe(lo_plan), describe(hi_plan),
                               diff(lo_plan, hi_plan), _changed(lo_plan, hi_plan),
@@ -226,6 +238,15 @@ def locate(
         )
         lo_bw, lo_plan = b_bw, b_plan  # a further change may lie between here and hi
     return out
+
+
+def structure(plan: Plan) -> tuple[object, ...]:
+    """A plan's structure in Megatron terms: TP / PP / DP sizes (and how many of each cross
+    hosts), ZeRO stage, micro-batches, and whether it recomputes whole layers or attention
+    cores. Two plans alike here differ only in which equal-shaped split some ops take."""
+    s = plan_shape(plan)
+    return (s.tp, s.tp_across, s.pp, s.dp, s.dp_across, s.zero, s.microbatches,
+            s.recompute > 0, s.selective > 0)
 
 
 def search_missed(lo_plan: Plan, at_lo_s: float, hi_plan: Plan, at_hi_s: float) -> float:

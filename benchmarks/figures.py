@@ -320,7 +320,7 @@ def sweep_lines(s: SweepResult) -> go.Figure:
                 x=xs, y=ys, mode="lines+markers", name=LABELS[label], line={"color": COLOURS[label]}
             )
         )
-    for ch in (c for c in s.changes if not c.tie):
+    for ch in (c for c in s.changes if not (c.tie or c.missed_s or c.rearranged)):
         mid = math.sqrt(ch.low_Bps * ch.high_Bps) / 1e9
         fig.add_vline(x=mid, line_dash="dot", line_color="grey")
     fig.add_vline(x=25, line_dash="dash", line_color="black")
@@ -342,6 +342,6 @@ def sweep_lines(s: SweepResult) -> go.Figure:
     fig.update_yaxes(type="log", title="communication time per step (s)")
     fig.update_layout(
         title=f"{s.model}, {s.mode}, {s.nodes} nodes: comm time vs NIC bandwidth "
-        "(dotted: TAPS switches plan)"
+        "(dotted: TAPS's plan changes structure)"
     )
     return fig

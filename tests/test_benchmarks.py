@@ -216,3 +216,33 @@ def test_sweep_change_the_unproven_search_explains_is_reported_not_bisected(monk
     proven = replace(high, search=replace(high.search, status="optimal"))
     assert bs.search_missed(low, priced(graph, proven, 2, 1e9), proven,
                             priced(graph, low, 2, 4e9)) == 0.0
+
+
+def test_sweep_rearrangement_within_one_structure_is_reported_not_bisected(monkeypatch):
+    """Two ends whose plans share their structure in Megatron terms (TP / PP / DP sizes, ZeRO,
+    micro-batches, kinds of recomputation) and differ only in which equal-shaped split some
+    ops take are a rearrangement: reported between the grid points with no search. Plans of
+    different structure (replicated nodes at 1 GB/s, data parallel across them at 400) are
+    told apart."""
+    from benchmarks import bandwidth_sweep as bs
+    from benchmarks.config import workload
+
+    graph, _, _ = workload("gpt2", 2)
+    low, high = (bs._taps(graph, 2, "train", bw) for bw in (1e9, 400e9))
+    assert low is not None and high is not None
+    assert bs.structure(low) != bs.structure(high) and bs.structure(low) == bs.structure(low)
+
+    def priced(g, plan, nodes, nic_Bps):  # each end's own plan is the faster there
+        own = plan is (low if nic_Bps < 2e9 else high)
+        return plan.total_time_s * (1.0 if own else 1.05)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("bisected")
+
+    monkeypatch.setattr(bs, "step_time_at", priced)
+    monkeypatch.setattr(bs, "_taps", refuse)
+    monkeypatch.setattr(bs, "structure", lambda plan: ("one structure",))
+    found = bs.locate(graph, 2, "train", (1e9, low), (4e9, high), steps=6)
+    assert len(found) == 1 and found[0].rearranged and not found[0].tie
+    assert (found[0].low_Bps, found[0].high_Bps) == (1e9, 4e9)
+    assert found[0].gap_s == pytest.approx(1.05 * low.total_time_s - high.total_time_s)

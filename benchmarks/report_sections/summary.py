@@ -155,9 +155,10 @@ def _headline_a_bullet(a: HeadlineA) -> str:
 
 def _sweep_bullet(r: RunResults, sw: SweepResult) -> str:
     """One sweep's plan switches, at which NIC bandwidths (GB/s), ties not counted."""
-    real = [c for c in sw.changes if not c.tie and not c.missed_s]
+    real = [c for c in sw.changes if not c.tie and not c.missed_s and not c.rearranged]
     ties = sum(c.tie for c in sw.changes)
-    missed = len(sw.changes) - len(real) - ties
+    missed = sum(bool(c.missed_s) and not c.tie for c in sw.changes)
+    moved = sum(c.rearranged and not c.tie for c in sw.changes)
     where = ", ".join(f"{_switch_Bps(c) / 1e9:.3g}" for c in real)
     return (
         f"- **Bandwidth sweep**, {sw.model} ({sw.mode}, {sw.nodes} nodes, NIC "
@@ -173,6 +174,9 @@ def _sweep_bullet(r: RunResults, sw: SweepResult) -> str:
         + (f"; its plan changes in {missed} interval(s) where the memory-bound search, not "
            "proven, missed a plan found at the neighbouring point (not narrowed down)"
            if missed else "")
+        + (f"; {moved} rearrangement(s) of ops within one structure (TP / PP / DP, ZeRO, "
+           "micro-batches, recomputation) between neighbouring points, not narrowed down"
+           if moved else "")
         + "."
     )
 

@@ -35,7 +35,9 @@ def sweep_section(r: RunResults) -> list[str]:
         "beside where the two plans' re-costed steps cross, else "
         f"{cfg.sweep_refine_steps} bisection steps with TAPS alone, narrow the switch down (a "
         "change the unproven memory-bound search explains, the other end's plan being faster "
-        "re-costed, is reported and not narrowed down). A "
+        "re-costed, is reported and not narrowed down, and so is a *rearrangement*: both ends "
+        "have the same TP / PP / DP sizes, ZeRO stage, micro-batches and kinds of "
+        "recomputation, and only some ops move between equal-shaped splits). A "
         "switch whose two plans cost the same at the switch (relative 1e-9) is a *tie*: the "
         "search flipping between equal-cost plans, not a change of mind. Training is used when "
         "it fits in memory, inference otherwise.",
@@ -69,9 +71,10 @@ def sweep_one(r: RunResults, sw: SweepResult) -> list[str]:
         "",
     ]
     out += _flat_taps_note(sw)
-    real = [c for c in sw.changes if not c.tie and not c.missed_s]
+    real = [c for c in sw.changes if not c.tie and not c.missed_s and not c.rearranged]
     ties = [c for c in sw.changes if c.tie]
     missed = [c for c in sw.changes if c.missed_s]
+    moved = [c for c in sw.changes if c.rearranged and not c.tie]
     if not real:
         out += [("No switch of the best plan is located (up to ties): TAPS's plan changes only "
                  "where its unproven search missed a plan (below)." if missed else
@@ -82,7 +85,24 @@ def sweep_one(r: RunResults, sw: SweepResult) -> list[str]:
         out += _tie_lines(ties)
     if missed:
         out += _missed_lines(missed)
+    if moved:
+        out += _rearranged_lines(moved)
     return out
+
+
+def _rearranged_lines(moved: list[Change]) -> list[str]:
+    """Changes between grid points that keep the plan's structure (rearrangements)."""
+    shown = "; ".join(
+        f"{c.low_Bps / 1e9:.4g}-{c.high_Bps / 1e9:.4g} GB/s ({c.changed_ops} ops"
+        + (f", the plan below {sec(c.gap_s)} slower above" if c.gap_s > 0 else "") + ")"
+        for c in moved
+    )
+    return [
+        f"Rearrangements ({len(moved)}), placed between neighbouring points and not narrowed "
+        "down: the plan keeps its TP / PP / DP sizes, ZeRO stage, micro-batches and kinds of "
+        f"recomputation and moves some ops to other equal-shaped splits: {shown}.",
+        "",
+    ]
 
 
 def _missed_lines(missed: list[Change]) -> list[str]:
