@@ -145,7 +145,8 @@ def _sealed(
 @dataclass(frozen=True)
 class LooseLayer:
     """A layer outside the chain, cut out of the rest at one or two tensor nodes: its
-    ``nodes`` (ops and the tensors only it reads) and the ``boundary`` tensors it shares."""
+    ``nodes`` (its ops and the tensors read only inside it) and the ``boundary`` tensors it
+    shares with the rest."""
 
     layer: int
     nodes: tuple[str, ...]
@@ -194,7 +195,9 @@ def _loose_layers(problem: SearchProblem, names: set[str]) -> tuple[LooseLayer, 
         shared = {n for n in members if n.startswith(TENSOR_PREFIX) and nbrs[n] - inside}
         own = inside - shared
         boundary = sorted({b for n in own for b in nbrs[n]} - own)
-        if not 1 <= len(boundary) <= 2 or not all(_free(problem, b) for b in boundary):
+        if not 1 <= len(boundary) <= 2 or not set(boundary) <= names or not all(
+            _free(problem, b) for b in boundary
+        ):
             return None
         out.append(LooseLayer(lay, tuple(n for n in members if n in own), tuple(boundary)))
         rest -= own
