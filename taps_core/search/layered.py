@@ -13,7 +13,8 @@ Layers outside the chain (a pipeline stage's first layer, whose input comes from
 stage, its odd last one, and every layer of a model without a chain) choose their variant on
 their own too (:func:`loose_layers`): each is cut out at the tensors it shares with the rest,
 eliminated per variant into a table over them, and the best variant per boundary layout joins
-the rest as one edge. Only where a layer cannot be cut out at two tensors do the layers outside
+the rest as one edge (a part with a single such layer is simply solved once per variant: as
+exact, and cheaper). Only where a layer cannot be cut out at two tensors do the layers outside
 the chain share one choice.
 """
 
@@ -243,10 +244,11 @@ def _solve_rest(
 ) -> tuple[_Solved | None, dict[str, int], dict[int, int]]:
     """The nodes ``names`` (with ``extra`` edges) solved once, each loose layer in its best
     variant. Returns (the solution, every node of ``names`` assigned; the variant of each
-    loose layer's nodes; of each loose layer), or (None, {}, {}) when no layer is loose or one
-    cannot be cut out."""
+    loose layer's nodes; of each loose layer), or (None, {}, {}) when fewer than two layers
+    are loose (one variant for the whole part is then as good, and cheaper: no boundary
+    tables) or one cannot be cut out."""
     loose = loose_layers(problem, names)
-    if not loose:
+    if loose is None or len(loose) < 2:  # one layer: solving the part per variant is exact
         return None, {}, {}
     tables = _loose_tables(problem, loose, weight)
     rest = names - {n for lay in loose for n in lay.nodes}

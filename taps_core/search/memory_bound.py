@@ -162,7 +162,7 @@ def build_schedule(problem: SearchProblem) -> tuple[fronts.Schedule, Chain | Non
         """``names`` folded onto ``keep``, each loose layer in its own variant (as
         :func:`~taps_core.search.layered.solve_problem` does), else every variant shared."""
         loose = loose_layers(problem, names)
-        if not loose:
+        if loose is None or len(loose) < 2:  # as layered.solve_problem: one variant is exact
             return every_variant(names, keep, RC_TOP)
         held: dict[str, int] = {}
         extra = []
