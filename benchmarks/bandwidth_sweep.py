@@ -32,9 +32,10 @@ from taps_core.models import build_graph
 from taps_core.plan.evaluate import evaluate
 from taps_core.plan.records import NotFitting, Plan, SearchInfo
 from taps_core.plan.report import describe, strategy_words
-from taps_core.search.baselines import BASELINES, compare
+from taps_core.search.baselines import BASELINES, share_candidates
 from taps_core.search.planner import search
 from taps_core.studies.shape import plan_shape
+from taps_core.studies.sweep_jobs import EVERY_PLANNER, Jobs, default_workers
 
 PRESET_NIC_Bps = 25e9  # dgx-a100: 8 x HDR 200 Gb/s
 
@@ -59,7 +60,7 @@ class SweepPoint:
     comm_s: dict[str, float | None]
     total_s: dict[str, float | None]
     taps_summary: str
-    compare_s: float
+    compare_s: float  # seconds waited for the point's plans (points run side by side)
     taps_status: str = ""  # optimal, or feasible when the memory limit binds
     taps_bound_gap_s: float | None = None  # step time above the Lagrangian lower bound
     taps_inter_bytes: float | None = None  # bytes TAPS's plan sends across nodes per step
@@ -352,10 +353,20 @@ def sweep(
     points: list[SweepPoint] = []
     taps_plans: list[Plan | None] = []
     volume_sigs: set[tuple[str, ...]] = set()
+    # every point's plans are a pure function of its cluster: all computed ahead in worker
+    # processes (the product's sweep jobs), the same plans as compare() one by one
+    jobs = Jobs(lambda bw, kind: (graph, cluster(nodes, bw), mode, None, False, kind),
+                workers=default_workers())
+    for bw in grid:
+        jobs.start(EVERY_PLANNER, bw)
     for bw in grid:
         t0 = time.perf_counter()
-        plans = compare(graph, cluster(nodes, bw), mode=mode, pipeline=False)
-        elapsed = time.perf_counter() - t0
+        try:
+            plans = share_candidates(jobs.get(EVERY_PLANNER, bw))
+        except BaseException:
+            jobs.close()
+            raise
+        elapsed = time.perf_counter() - t0  # waited here (the workers run side by side)
         for label, p in plans.items():
             if isinstance(p, NotFitting):
                 reasons.setdefault(label, p.reason)
@@ -375,6 +386,7 @@ def sweep(
         taps_plans.append(taps if isinstance(taps, Plan) else None)
         shown = f"{taps.comm_time_s:.4g} s" if isinstance(taps, Plan) else "n/a"
         log(f"sweep {model} NIC {bw / 1e9:.3g} GB/s: TAPS comm {shown} ({elapsed:.1f} s)")
+    jobs.close()
     changes: list[Change] = []
     for i in range(1, len(grid)):
         lo_plan, hi_plan = taps_plans[i - 1], taps_plans[i]
