@@ -87,6 +87,7 @@ class Change:
     after_status: str = ""  # search status of the new plan (optimal / feasible)
     missed_s: float = 0.0  # > 0: not narrowed down, the search missed this much at one end
     rearranged: bool = False  # same structure at both ends (:func:`structure`): not narrowed
+    budget_out: bool = False  # the sweep's locating searches ran out before it was narrowed
 
 
 @dataclass
@@ -176,11 +177,26 @@ def locate(
     lo: tuple[float, Plan],
     hi: tuple[float, Plan],
     steps: int,
+    budget: list[int] | None = None,
 ) -> list[Change]:
-    """Every plan change between two sweep points, each narrowed by ``steps`` bisections."""
+    """Every plan change between two sweep points, each narrowed by ``steps`` bisections;
+    ``budget``: searches left for locating (shared by the sweep's intervals, decremented; a
+    change met when it is spent keeps the bracket reached, marked ``budget_out``)."""
     out: list[Change] = []
     (lo_bw, lo_plan), (hi_bw, hi_plan) = lo, hi
+    left_searches = budget if budget is not None else [1 << 30]
+    refused: list[bool] = []  # a search the budget refused while narrowing this change
+
+    def probe(bw: float) -> Plan | None:
+        """TAPS's plan at ``bw``, or None when none fits or the budget is spent."""
+        if left_searches[0] <= 0:
+            refused.append(True)
+            return None
+        left_searches[0] -= 1
+        return _taps(graph, nodes, mode, bw)
+
     while _signature(lo_plan) != _signature(hi_plan) and len(out) < 4:
+        refused.clear()
         a_bw, b_bw, b_plan = lo_bw, hi_bw, hi_plan
         # equal-cost twins at the low end: the switch is there, no bisection can place it better
         at_lo = step_time_at(graph, hi_plan, nodes, lo_bw)
@@ -209,11 +225,11 @@ def locate(
         left = 0 if twins else steps
         if not twins:  # two searches beside where the two plans' costs cross, when they do
             a_bw, b_bw, b_plan, left = _around_crossover(
-                graph, nodes, mode, lo_plan, (a_bw, b_bw, b_plan), steps
+                graph, nodes, lo_plan, (a_bw, b_bw, b_plan), steps, probe
             )
         for _ in range(left):
             mid = float(np.sqrt(a_bw * b_bw))
-            plan = _taps(graph, nodes, mode, mid)
+            plan = probe(mid)
             if plan is None:
                 break
             if _signature(plan) == _signature(lo_plan):
@@ -235,6 +251,7 @@ def locate(
                 gap,
                 tie,
                 b_plan.search.status,
+                budget_out=bool(refused),
             )
         )
         lo_bw, lo_plan = b_bw, b_plan  # a further change may lie between here and hi
@@ -302,28 +319,29 @@ CROSSOVER_STEPS = 8  # regula falsi steps of :func:`crossover` (two or three suf
 def _around_crossover(
     graph: OpGraph,
     nodes: int,
-    mode: str,
     lo_plan: Plan,
     bracket: tuple[float, float, Plan],
     steps: int,
+    probe: Callable[[float], Plan | None],
 ) -> tuple[float, float, Plan, int]:
     """Narrow ``bracket`` (low bandwidth with ``lo_plan``, high bandwidth and its plan) with
     two searches just beside the crossover of the two plans' costs, at the resolution
-    ``steps`` bisections would reach. Returns the new bracket and the bisection steps still
-    to run: none when the two searches straddle the change (so 2 searches instead of
-    ``steps``); the bracket stays correct whatever the searches return."""
+    ``steps`` bisections would reach (``probe(bw)``: TAPS's plan there, or None). Returns the
+    new bracket and the bisection steps still to run: none when the two searches straddle the
+    change (so 2 searches instead of ``steps``); the bracket stays correct whatever the
+    searches return."""
     a_bw, b_bw, b_plan = bracket
     x = crossover(graph, nodes, lo_plan, b_plan, a_bw, b_bw)
     if x is None or steps < 2:
         return a_bw, b_bw, b_plan, steps
     half = (b_bw / a_bw) ** (0.5 ** (steps + 1))  # half the ratio ``steps`` bisections leave
     below_x, above_x = max(a_bw, x / half), min(b_bw, x * half)
-    first = _taps(graph, nodes, mode, below_x)
+    first = probe(below_x)
     if first is None:
         return a_bw, b_bw, b_plan, steps - 1
     if _signature(first) != _signature(lo_plan):
         return a_bw, below_x, first, steps - 1  # the change lies below the crossover
-    second = _taps(graph, nodes, mode, above_x)
+    second = probe(above_x)
     if second is None:
         return below_x, b_bw, b_plan, steps - 2
     if _signature(second) != _signature(lo_plan):
@@ -388,6 +406,7 @@ def sweep(
         log(f"sweep {model} NIC {bw / 1e9:.3g} GB/s: TAPS comm {shown} ({elapsed:.1f} s)")
     jobs.close()
     changes: list[Change] = []
+    budget = [cfg.sweep_locate_searches]
     for i in range(1, len(grid)):
         lo_plan, hi_plan = taps_plans[i - 1], taps_plans[i]
         if lo_plan is None or hi_plan is None:
@@ -399,6 +418,7 @@ def sweep(
             (grid[i - 1], lo_plan),
             (grid[i], hi_plan),
             cfg.sweep_refine_steps,
+            budget,
         )
         for ch in found:
             log(

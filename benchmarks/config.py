@@ -59,6 +59,9 @@ class BenchConfig:
     # bisection steps locating each plan change (3: to 5% of a 1.45x grid step; each is a
     # search, a minute at llama3-70b's memory-bound low-bandwidth points)
     sweep_refine_steps: int = 3
+    # searches spent locating plan changes, over one sweep (changes left when they are spent
+    # are reported at the bracket reached, "not narrowed down")
+    sweep_locate_searches: int = 6
     # 4. pipelining: (model, cluster, global batch), each planned with and without stages
     pipeline_scenarios: tuple[tuple[str, str, int], ...] = (
         ("gpt2", "dgx-a100:4", 32),

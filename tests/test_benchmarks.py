@@ -174,8 +174,10 @@ def test_sweep_change_is_located_by_two_searches_beside_the_plans_crossover(monk
         return plain(g, nodes, mode, nic_Bps)
 
     monkeypatch.setattr(bs, "_taps", counted)
-    found = bs.locate(graph, 2, "train", (lo_bw, low), (hi_bw, high), steps=6)
+    budget = [2]
+    found = bs.locate(graph, 2, "train", (lo_bw, low), (hi_bw, high), steps=6, budget=budget)
     assert len(searched) == 2 and found[0].low_Bps < x < found[0].high_Bps
+    assert budget == [0] and not found[0].budget_out
     assert found[0].high_Bps / found[0].low_Bps <= (hi_bw / lo_bw) ** (1 / 64) * (1 + 1e-9)
     at_low, at_high = (plain(graph, 2, "train", bw) for bw in (found[0].low_Bps,
                                                                found[0].high_Bps))
@@ -246,3 +248,21 @@ def test_sweep_rearrangement_within_one_structure_is_reported_not_bisected(monke
     assert len(found) == 1 and found[0].rearranged and not found[0].tie
     assert (found[0].low_Bps, found[0].high_Bps) == (1e9, 4e9)
     assert found[0].gap_s == pytest.approx(1.05 * low.total_time_s - high.total_time_s)
+
+
+def test_sweep_change_met_when_the_locating_budget_is_spent_keeps_its_bracket(monkeypatch):
+    """With no locating searches left, a change between two grid points is reported at the
+    grid's bracket, marked as not narrowed down, and no search runs."""
+    from benchmarks import bandwidth_sweep as bs
+    from benchmarks.config import workload
+
+    graph, _, _ = workload("gpt2", 2)
+    low, high = (bs._taps(graph, 2, "train", bw) for bw in (1e9, 400e9))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("searched")
+
+    monkeypatch.setattr(bs, "_taps", refuse)
+    found = bs.locate(graph, 2, "train", (1e9, low), (400e9, high), steps=6, budget=[0])
+    assert len(found) == 1 and found[0].budget_out and not found[0].tie
+    assert (found[0].low_Bps, found[0].high_Bps) == (1e9, 400e9)

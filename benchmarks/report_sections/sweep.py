@@ -37,7 +37,10 @@ def sweep_section(r: RunResults) -> list[str]:
         "change the unproven memory-bound search explains, the other end's plan being faster "
         "re-costed, is reported and not narrowed down, and so is a *rearrangement*: both ends "
         "have the same TP / PP / DP sizes, ZeRO stage, micro-batches and kinds of "
-        "recomputation, and only some ops move between equal-shaped splits). A "
+        "recomputation, and only some ops move between equal-shaped splits). At most "
+        f"{cfg.sweep_locate_searches} searches per sweep go to locating changes (a search at "
+        "the memory-bound low bandwidths takes about a minute); a change met after that keeps "
+        "the bracket reached. A "
         "switch whose two plans cost the same at the switch (relative 1e-9) is a *tie*: the "
         "search flipping between equal-cost plans, not a change of mind. Training is used when "
         "it fits in memory, inference otherwise.",
@@ -181,9 +184,11 @@ def _switch_lines(i: int, ch: Change) -> list[str]:
             f"**not an improvement**: at {ch.high_Bps / 1e9:.4g} GB/s the old plan still fits "
             f"and is {sec(-ch.gap_s)} per step *faster*; {why}"
         )
+    spent = (" Not narrowed down further: the sweep's locating searches were spent."
+             if ch.budget_out else "")
     out = [
         f"**Switch {i}: between {ch.low_Bps / 1e9:.4g} and {ch.high_Bps / 1e9:.4g} GB/s per "
-        f"NIC** ({ch.changed_ops} ops change strategy; {gain}).",
+        f"NIC** ({ch.changed_ops} ops change strategy; {gain}).{spent}",
         "",
         f"- below: {ch.before}",
         f"- above: {ch.after}",
