@@ -86,7 +86,8 @@ class Change:
     tie: bool
     after_status: str = ""  # search status of the new plan (optimal / feasible)
     missed_s: float = 0.0  # > 0: not narrowed down, the search missed this much at one end
-    rearranged: bool = False  # same structure at both ends (:func:`structure`): not narrowed
+    rearranged: bool = False  # same structure at both ends (:func:`structure`); seen at the
+    # grid's two points it is not narrowed, found by a bisection it keeps its bracket
     budget_out: bool = False  # the sweep's locating searches ran out before it was narrowed
 
 
@@ -251,6 +252,8 @@ def locate(
                 gap,
                 tie,
                 b_plan.search.status,
+                # the bracket found may hold a plan of the old structure: then a rearrangement
+                rearranged=not tie and structure(lo_plan) == structure(b_plan),
                 budget_out=bool(refused),
             )
         )

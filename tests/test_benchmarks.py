@@ -177,7 +177,7 @@ def test_sweep_change_is_located_by_two_searches_beside_the_plans_crossover(monk
     budget = [2]
     found = bs.locate(graph, 2, "train", (lo_bw, low), (hi_bw, high), steps=6, budget=budget)
     assert len(searched) == 2 and found[0].low_Bps < x < found[0].high_Bps
-    assert budget == [0] and not found[0].budget_out
+    assert budget == [0] and not found[0].budget_out and not found[0].rearranged
     assert found[0].high_Bps / found[0].low_Bps <= (hi_bw / lo_bw) ** (1 / 64) * (1 + 1e-9)
     at_low, at_high = (plain(graph, 2, "train", bw) for bw in (found[0].low_Bps,
                                                                found[0].high_Bps))
