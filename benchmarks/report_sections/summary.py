@@ -175,7 +175,7 @@ def _sweep_bullet(r: RunResults, sw: SweepResult) -> str:
            "proven, missed a plan found at the neighbouring point (not narrowed down)"
            if missed else "")
         + (f"; {moved} rearrangement(s) of ops within one structure (TP / PP / DP, ZeRO, "
-           "micro-batches, recomputation) between neighbouring points, not narrowed down"
+           "micro-batches, recomputation), not counted as switches"
            if moved else "")
         + "."
     )

@@ -101,9 +101,10 @@ def _rearranged_lines(moved: list[Change]) -> list[str]:
         for c in moved
     )
     return [
-        f"Rearrangements ({len(moved)}), placed between neighbouring points and not narrowed "
-        "down: the plan keeps its TP / PP / DP sizes, ZeRO stage, micro-batches and kinds of "
-        f"recomputation and moves some ops to other equal-shaped splits: {shown}.",
+        f"Rearrangements ({len(moved)}; not switches): the plan keeps its TP / PP / DP sizes, "
+        "ZeRO stage, micro-batches and kinds of recomputation and moves some ops to other "
+        "equal-shaped splits, between neighbouring points (not narrowed down) or where a "
+        f"bisection met it: {shown}.",
         "",
     ]
 
