@@ -210,18 +210,13 @@ def locate(
                               at_hi - hi_plan.total_time_s, True, hi_plan.search.status))
             break
         missed = search_missed(lo_plan, at_lo, hi_plan, at_hi)
-        if not twins and not missed and structure(lo_plan) == structure(hi_plan):
+        moved = not twins and not missed and structure(lo_plan) == structure(hi_plan)
+        if not twins and (missed > 0 or moved):  # reported between the points, not narrowed
             gap = at_hi - hi_plan.total_time_s
             out.append(Change(lo_bw, hi_bw, describe(lo_plan), describe(hi_plan),
                               diff(lo_plan, hi_plan), _changed(lo_plan, hi_plan), gap,
-                              abs(gap) <= TIE_REL * hi_plan.total_time_s,
-                              hi_plan.search.status, rearranged=True))
-            break
-        if not twins and missed > 0:
-            out.append(Change(lo_bw, hi_bw, describe(lo_plan), describe(hi_plan),
-                              diff(lo_plan, hi_plan), _changed(lo_plan, hi_plan),
-                              at_hi - hi_plan.total_time_s, False, hi_plan.search.status,
-                              missed))
+                              moved and abs(gap) <= TIE_REL * hi_plan.total_time_s,
+                              hi_plan.search.status, missed, rearranged=moved))
             break
         left = 0 if twins else steps
         if not twins:  # two searches beside where the two plans' costs cross, when they do
@@ -380,14 +375,15 @@ def sweep(
                 workers=default_workers())
     for bw in grid:
         jobs.start(EVERY_PLANNER, bw)
-    for bw in grid:
-        t0 = time.perf_counter()
-        try:
-            plans = share_candidates(jobs.get(EVERY_PLANNER, bw))
-        except BaseException:
-            jobs.close()
-            raise
-        elapsed = time.perf_counter() - t0  # waited here (the workers run side by side)
+    waited: list[tuple[dict[str, Plan | NotFitting], float]] = []
+    try:
+        for bw in grid:  # seconds waited per point (the workers run side by side)
+            t0 = time.perf_counter()
+            waited.append((share_candidates(jobs.get(EVERY_PLANNER, bw)),
+                           time.perf_counter() - t0))
+    finally:
+        jobs.close()
+    for bw, (plans, elapsed) in zip(grid, waited):
         for label, p in plans.items():
             if isinstance(p, NotFitting):
                 reasons.setdefault(label, p.reason)
@@ -407,7 +403,6 @@ def sweep(
         taps_plans.append(taps if isinstance(taps, Plan) else None)
         shown = f"{taps.comm_time_s:.4g} s" if isinstance(taps, Plan) else "n/a"
         log(f"sweep {model} NIC {bw / 1e9:.3g} GB/s: TAPS comm {shown} ({elapsed:.1f} s)")
-    jobs.close()
     changes: list[Change] = []
     budget = [cfg.sweep_locate_searches]
     for i in range(1, len(grid)):

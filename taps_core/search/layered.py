@@ -207,11 +207,31 @@ def _loose_layers(problem: SearchProblem, names: set[str]) -> tuple[LooseLayer, 
     return tuple(out)
 
 
+def cut_out(problem: SearchProblem, names: set[str]) -> tuple[LooseLayer, ...] | None:
+    """The loose layers of ``names`` worth solving apart (:func:`loose_layers`), or None: with
+    fewer than two, one variant for the whole part is as exact, and cheaper (no boundary
+    tables; they enlarge the memory fronts too)."""
+    loose = loose_layers(problem, names)
+    return loose if loose is not None and len(loose) >= 2 else None
+
+
+def best_variant(
+    made: dict[int, tuple[np.ndarray, Any]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """From each variant's table over the same boundary layouts (``made[variant][0]``): the
+    least per layout and the variant reaching it (ties: the earlier variant, the one
+    recomputing less)."""
+    tried = tuple(made)
+    stacked = np.stack([made[v][0] for v in tried])
+    pick = stacked.argmin(axis=0)
+    return np.take_along_axis(stacked, pick[None], axis=0)[0], np.asarray(tried)[pick]
+
+
 def _loose_tables(
     problem: SearchProblem, loose: tuple[LooseLayer, ...], weight: float
 ) -> list[tuple[np.ndarray, np.ndarray, dict[int, Any]]]:
     """Per loose layer: its least cost per boundary layout over its variants, the variant
-    reaching it (ties: the earlier variant, recomputing less) and each variant's recovery."""
+    reaching it and each variant's recovery."""
     out = []
     for lay in loose:
         nodes = set(lay.nodes) | set(lay.boundary)
@@ -219,11 +239,7 @@ def _loose_tables(
             rc: reduce_to(problem.cost_graph(weight, nodes=nodes, recompute=rc), lay.boundary)
             for rc in variants(problem, set(lay.nodes), weight)
         }
-        tried = tuple(made)
-        stacked = np.stack([made[v][0] for v in tried])
-        pick = stacked.argmin(axis=0)
-        table = np.take_along_axis(stacked, pick[None], axis=0)[0]
-        out.append((table, np.asarray(tried)[pick], {v: made[v][1] for v in tried}))
+        out.append((*best_variant(made), {v: made[v][1] for v in made}))
     return out
 
 
@@ -236,20 +252,30 @@ class _Solved:
     stats: dict[str, Any]
 
 
-def _solve_rest(
+def _solve_part(
     problem: SearchProblem,
     names: set[str],
+    keep: tuple[str, ...],
     weight: float,
-    extra: tuple[tuple[str, str, np.ndarray], ...],
-) -> tuple[_Solved | None, dict[str, int], dict[int, int]]:
-    """The nodes ``names`` (with ``extra`` edges) solved once, each loose layer in its best
-    variant. Returns (the solution, every node of ``names`` assigned; the variant of each
-    loose layer's nodes; of each loose layer), or (None, {}, {}) when fewer than two layers
-    are loose (one variant for the whole part is then as good, and cheaper: no boundary
-    tables) or one cannot be cut out."""
-    loose = loose_layers(problem, names)
-    if loose is None or len(loose) < 2:  # one layer: solving the part per variant is exact
-        return None, {}, {}
+    extra: tuple[tuple[str, str, np.ndarray], ...] = (),
+) -> tuple[_Solved, dict[str, int], dict[int, int]]:
+    """The nodes ``names`` (with ``extra`` edges; ``keep``: chain handles among them) solved
+    once with each loose layer in its best variant (:func:`cut_out`), else once per variant
+    shared by all their layers (as :func:`~taps_core.search.memory_bound.build_schedule`'s
+    parts). Returns the solution (every node of ``names`` assigned), the variant of each
+    layered node and of each layer."""
+    loose = cut_out(problem, names)
+    if loose is None:
+        best, shared = None, KEPT  # the cheapest solution and its recomputation variant
+        for variant in variants(problem, names - set(keep), weight):
+            part = problem.cost_graph(weight, nodes=names, recompute=variant)
+            sol = solve(CostGraph(part.node_costs, (*part.edges, *extra)))
+            if best is None or sol.cost < best.cost:
+                best, shared = sol, variant
+        assert best is not None
+        laid = [n for n in best.strategies if problem.layer.get(n) is not None]
+        return (_Solved(best.cost, best.strategies, best.stats), dict.fromkeys(laid, shared),
+                {problem.layer[n]: shared for n in laid})
     tables = _loose_tables(problem, loose, weight)
     rest = names - {n for lay in loose for n in lay.nodes}
     top = problem.cost_graph(weight, nodes=rest, recompute=KEPT)
@@ -305,33 +331,16 @@ def _options(
 
 
 def _solve_flat(problem: SearchProblem, weight: float) -> Assignment:
-    """Whole graph in one elimination: each layer cut out in its best variant
-    (:func:`loose_layers`), else once per recomputation variant shared by every layer."""
-    whole, rc_of, layers = _solve_rest(problem, set(problem.option_time), weight, ())
-    if whole is not None:
-        choice = whole.strategies
-        return Assignment(
-            {n: choice[n] for n in problem.option_time},
-            _options(problem, choice, weight, rc_of),
-            layers,
-            whole.cost,
-            {**whole.stats, "layered": False},
-        )
-    best, rc = None, KEPT  # the cheapest solution and its recomputation variant
-    for variant in variants(problem, memory_weight=weight):
-        sol = solve(problem.cost_graph(weight, recompute=variant))
-        if best is None or sol.cost < best.cost:
-            best, rc = sol, variant
-    assert best is not None
-    cost, choice, stats = best.cost, best.strategies, best.stats
-    rc_of = {n: rc for n in choice if problem.layer.get(n) is not None}
-    layers = {lay: rc for n, lay in problem.layer.items() if lay is not None}
+    """Whole graph in one elimination, its layers cut out each in its best variant
+    (:func:`cut_out`), else once per recomputation variant shared by every layer."""
+    whole, rc_of, layers = _solve_part(problem, set(problem.option_time), (), weight)
+    choice = whole.strategies
     return Assignment(
         {n: choice[n] for n in problem.option_time},
         _options(problem, choice, weight, rc_of),
         layers,
-        cost,
-        {**stats, "layered": False},
+        whole.cost,
+        {**whole.stats, "layered": False},
     )
 
 
@@ -347,33 +356,15 @@ def solve_problem(problem: SearchProblem, memory_weight: float = 0.0) -> Assignm
     for rc in variants(problem, set(first), memory_weight):
         block = problem.cost_graph(memory_weight, nodes=block_nodes, recompute=rc)
         blocks[rc] = reduce_to(block, (entry, chain.exits[1]))
-    # each layer's best variant per pair of boundary layouts (ties: the earlier variant,
-    # the one recomputing less)
-    tried = tuple(blocks)
-    stacked = np.stack([blocks[v][0] for v in tried])
-    pick = stacked.argmin(axis=0)
-    which = np.asarray(tried)[pick]
-    m = np.take_along_axis(stacked, pick[None], axis=0)[0]
+    m, which = best_variant(blocks)  # each layer's best variant per pair of boundary layouts
     repeats = len(chain.layers) - 1
     stack = min_plus_power(m, repeats)
     last = chain.exits[-1]
     middle = {n for lay in chain.layers[1:] for n in lay}
     top_nodes = (set(problem.option_time) - middle) | {last}
-    best, rc_of, layers = _solve_rest(
-        problem, top_nodes, memory_weight, ((entry, last, stack),)
+    best, rc_of, layers = _solve_part(
+        problem, top_nodes, (entry, last), memory_weight, ((entry, last, stack),)
     )
-    if best is None:  # the layers outside the chain share one variant
-        top_rc = KEPT  # the cheapest top solution's recomputation variant
-        for variant in variants(problem, top_nodes - {last, entry}, memory_weight):
-            top = problem.cost_graph(memory_weight, nodes=top_nodes, recompute=variant)
-            top = CostGraph(top.node_costs, (*top.edges, (entry, last, stack)))
-            sol = solve(top)
-            if best is None or sol.cost < best.cost:
-                best, top_rc = sol, variant
-        assert best is not None
-        rc_of = {n: top_rc for n in best.strategies if problem.layer.get(n) is not None}
-        layers = {problem.layer[n]: top_rc for n in best.strategies
-                  if problem.layer.get(n) is not None}
     cost, top_choice, stats = best.cost, best.strategies, best.stats
     choice = dict(top_choice)
     for n in top_choice:  # a chain handle's layer: set by the chain below

@@ -25,8 +25,8 @@ from taps_core.search.chain_memory import ChainPoints, cheapest_chain
 from taps_core.search.layered import (
     Assignment,
     Chain,
+    cut_out,
     find_chain,
-    loose_layers,
     solve_problem,
     variants,
 )
@@ -161,8 +161,8 @@ def build_schedule(problem: SearchProblem) -> tuple[fronts.Schedule, Chain | Non
     def part(names: set[str], keep: tuple[str, ...]) -> int:
         """``names`` folded onto ``keep``, each loose layer in its own variant (as
         :func:`~taps_core.search.layered.solve_problem` does), else every variant shared."""
-        loose = loose_layers(problem, names)
-        if loose is None or len(loose) < 2:  # as layered.solve_problem: one variant is exact
+        loose = cut_out(problem, names)
+        if loose is None:
             return every_variant(names, keep, RC_TOP)
         held: dict[str, int] = {}
         extra = []
