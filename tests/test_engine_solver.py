@@ -18,7 +18,7 @@ from taps_core.solver import (
     reduce_to,
     solve,
 )
-from taps_core.solver.minplus import min_plus_power, repeated_squaring
+from taps_core.solver.minplus import min_plus_power, min_plus_values, repeated_squaring
 
 
 def _problem(
@@ -196,7 +196,6 @@ def test_bad_problems_name_the_field(bad, field):
 def test_min_plus_values_equal_min_plus_and_the_argmin_is_attained(case):
     """The one min-plus product (taps_core.solver.minplus): values with and without argmin
     are identical on every path, and the argmin attains the value."""
-    from taps_core.solver.minplus import min_plus_values
 
     rng = np.random.default_rng(11)
     n_i, n_j, n_k = (700, 30, 40) if case == "chunked" else (6, 5, 4)
@@ -262,9 +261,10 @@ def test_rows_over_the_cores_equal_the_serial_product(shape) -> None:
     b = rng.integers(0, 5, (n_j, n_k)).astype(float)
     mid = rng.integers(0, 3, n_j).astype(float)
     right = np.ascontiguousarray(mid[:, None] + b)
-    serial = (np.empty((n_i, n_k)), np.empty((n_i, n_k), dtype=np.int32))
+    serial = (np.empty((n_i, n_k)), np.empty((n_i, n_k), dtype=np.int64))
     minplus._dense(np.ascontiguousarray(a), right, *serial)
     out, arg = min_plus(a, mid, b)
     assert np.array_equal(out, serial[0]) and np.array_equal(arg, serial[1])
     terms = a[:, :, None] + right[None, :, :]
     assert np.array_equal(out, terms.min(axis=1)) and np.array_equal(arg, terms.argmin(axis=1))
+    assert np.array_equal(min_plus_values(a, mid, b), out)

@@ -42,28 +42,37 @@ def _product(
     if n_j == 0:
         return np.full((n_i, n_k), np.inf), np.zeros((n_i, n_k), dtype=np.int32)
     fin_a, fin_b = np.isfinite(a), np.isfinite(b)
-    if (fin_a.sum(axis=1) == 1).all():  # each i picks one j
+    if _one_each(fin_a, 1):  # each i picks one j
         j = fin_a.argmax(axis=1)
         out = (a[np.arange(n_i), j] + mid[j])[:, None] + b[j]
         return out, np.repeat(j[:, None].astype(np.int32), n_k, axis=1) if with_arg else None
-    if (fin_b.sum(axis=0) == 1).all():  # each k is reached from one j
+    if _one_each(fin_b, 0):  # each k is reached from one j
         j = fin_b.argmax(axis=0)
         out = a[:, j] + (mid[j] + b[j, np.arange(n_k)])[None, :]
         return out, np.repeat(j[None, :].astype(np.int32), n_i, axis=0) if with_arg else None
-    if (fin_b.sum(axis=1) == 1).all():  # each j maps to one k
+    if _one_each(fin_b, 1):  # each j maps to one k
         return _selecting(a, mid, b, with_arg)
-    if (fin_a.sum(axis=0) == 1).all():  # each j comes from one i
+    if _one_each(fin_a, 0):  # each j comes from one i
         out, arg = _selecting(b.T, mid, a.T, with_arg)
         return out.T, None if arg is None else arg.T
     a = np.ascontiguousarray(a, dtype=np.float64)
     right = np.ascontiguousarray(mid[:, None] + b, dtype=np.float64)  # [j, k]
     out = np.empty((n_i, n_k))
-    arg = np.empty((n_i, n_k) if with_arg else (0, 0), dtype=np.int32)
+    arg = np.empty((n_i, n_k) if with_arg else (0, 0), dtype=np.int64)
     if n_i > 1 and n_i * n_j * n_k >= PARALLEL_TERMS:
         _dense_rows(a, right, out, arg)
     else:
         _dense(a, right, out, arg)
-    return out, arg if with_arg else None
+    return out, arg.astype(np.int32) if with_arg else None
+
+
+def _one_each(finite: np.ndarray, axis: int) -> bool:
+    """Every row (``axis`` 1) or column (``axis`` 0) of ``finite`` holds exactly one True; the
+    first line is looked at before the whole (most products are dense: one cheap test)."""
+    if finite.shape[1 - axis] == 0:
+        return True  # no line: vacuously one each
+    first = finite[0] if axis == 1 else finite[:, 0]
+    return bool(np.count_nonzero(first) == 1 and (finite.sum(axis=axis) == 1).all())
 
 
 PARALLEL_TERMS = 2_000_000  # products this large split their rows over the cores (measured: 1.6x
@@ -72,8 +81,8 @@ PARALLEL_TERMS = 2_000_000  # products this large split their rows over the core
 
 @numba.njit(cache=True)
 def _dense(a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.ndarray) -> None:
-    """``out[i, k] = min_j a[i, j] + right[j, k]`` and, where ``arg`` has room, the first
-    ``j`` reaching it (0 where every term is infinite); row by row of ``right`` (contiguous)."""
+    """``out[i, k] = min_j a[i, j] + right[j, k]`` and, where ``arg`` (int64) has room, the
+    first ``j`` reaching it (0 where every term is infinite); row by row."""
     for i in range(a.shape[0]):
         _dense_row(a, right, out, arg, i)
 
@@ -88,24 +97,77 @@ def _dense_rows(a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.ndarr
 
 @numba.njit(cache=True)
 def _dense_row(a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.ndarray, i: int) -> None:
-    """Row ``i`` of :func:`_dense`."""
-    n_j = a.shape[1]
+    """Row ``i`` of :func:`_dense`: over the finite ``a[i, j]`` only, four rows ``j`` of
+    ``right`` per pass over ``k``, branch-free, so the compiler vectorises the pass and the
+    row of ``out`` is read and written once per four ``j`` (measured 4-7x the one-``j``
+    branching loop at 150-600 terms a side). The ``j`` of one pass are taken in increasing
+    order with a strict ``<``: the argmin stays the first ``j`` reaching the minimum."""
+    row = a[i]
+    finite = np.flatnonzero(row != np.inf)
+    o = out[i]
+    o[:] = np.inf
+    if arg.shape[0] > 0:
+        _row_with_arg(row, right, finite, o, arg[i])
+    else:
+        _row_values(row, right, finite, o)
+
+
+@numba.njit(cache=True)
+def _row_with_arg(
+    row: np.ndarray, right: np.ndarray, finite: np.ndarray, o: np.ndarray, g: np.ndarray
+) -> None:
+    """``o[k] = min_j row[j] + right[j, k]`` over ``j`` in ``finite`` (increasing), ``g[k]``
+    the first ``j`` reaching it (0 when none does)."""
+    g[:] = 0
     n_k = right.shape[1]
-    track = arg.shape[0] > 0
-    for k in range(n_k):
-        out[i, k] = np.inf
-        if track:
-            arg[i, k] = 0
-    for j in range(n_j):
-        x = a[i, j]
-        if x == np.inf:
-            continue
+    q, m = 0, finite.shape[0]
+    while q + 4 <= m:
+        j0, j1, j2, j3 = finite[q], finite[q + 1], finite[q + 2], finite[q + 3]
+        x0, x1, x2, x3 = row[j0], row[j1], row[j2], row[j3]
+        r0, r1, r2, r3 = right[j0], right[j1], right[j2], right[j3]
         for k in range(n_k):
-            v = x + right[j, k]
-            if v < out[i, k]:
-                out[i, k] = v
-                if track:
-                    arg[i, k] = j
+            ok, gk = o[k], g[k]
+            v = x0 + r0[k]
+            b = v < ok
+            ok, gk = (v if b else ok), (j0 if b else gk)
+            v = x1 + r1[k]
+            b = v < ok
+            ok, gk = (v if b else ok), (j1 if b else gk)
+            v = x2 + r2[k]
+            b = v < ok
+            ok, gk = (v if b else ok), (j2 if b else gk)
+            v = x3 + r3[k]
+            b = v < ok
+            o[k], g[k] = (v if b else ok), (j3 if b else gk)
+        q += 4
+    while q < m:
+        j0 = finite[q]
+        x0, r0 = row[j0], right[j0]
+        for k in range(n_k):
+            v = x0 + r0[k]
+            b = v < o[k]
+            o[k], g[k] = (v if b else o[k]), (j0 if b else g[k])
+        q += 1
+
+
+@numba.njit(cache=True)
+def _row_values(row: np.ndarray, right: np.ndarray, finite: np.ndarray, o: np.ndarray) -> None:
+    """:func:`_row_with_arg` without the argmin."""
+    n_k = right.shape[1]
+    q, m = 0, finite.shape[0]
+    while q + 4 <= m:
+        j0, j1, j2, j3 = finite[q], finite[q + 1], finite[q + 2], finite[q + 3]
+        x0, x1, x2, x3 = row[j0], row[j1], row[j2], row[j3]
+        r0, r1, r2, r3 = right[j0], right[j1], right[j2], right[j3]
+        for k in range(n_k):
+            o[k] = min(o[k], x0 + r0[k], x1 + r1[k], x2 + r2[k], x3 + r3[k])
+        q += 4
+    while q < m:
+        j0 = finite[q]
+        x0, r0 = row[j0], right[j0]
+        for k in range(n_k):
+            o[k] = min(o[k], x0 + r0[k])
+        q += 1
 
 
 def _selecting(
