@@ -4,6 +4,7 @@ textbook plans, prices Megatron exactly, and keeps every planner on the same exa
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -462,6 +463,42 @@ def test_zero_stage_pruning_by_relaxation_never_prunes_a_better_plan():
     with pytest.raises(_SlowerError) as pruned:
         _lagrangian(problem, limit, best * 0.9, lam_hint=lam)
     assert pruned.value.lam_s_per_byte == lam  # one solve, at the hint
+
+
+@pytest.mark.parametrize("frac", [0.3, 0.6])
+def test_a_hinted_multiplier_changes_the_solves_not_the_answer(frac, monkeypatch):
+    """A memory-bound search started at another problem's multiplier (as a pipeline's stages
+    start at the previous stage's) reaches the same dual maximum and the same optimal plan
+    cost from any hint, too small (its plan overflows) or too large, and with the exact
+    multiplier in fewer solves than from nothing."""
+    from taps_core.search import flat, memory_bound
+    from taps_core.search.flat import _fit_memory, _lagrangian
+
+    graph = _graph("gpt2", num_hidden_layers=2, batch_size=4, seq_length=64)
+    problem = _problem(graph, preset("pcie:1"))
+    fast, lean = evaluate_at(problem, 0.0), evaluate_at(problem, LEANEST_WEIGHT)
+    limit = lean[2] + frac * (fast[2] - lean[2])
+    solves: list[float] = []
+    real = memory_bound.evaluate_at
+    for module in (flat, memory_bound):
+        monkeypatch.setattr(module, "evaluate_at",
+                            lambda pr, lam: solves.append(lam) or real(pr, lam))
+    _, _, plain = _lagrangian(problem, limit, math.inf)
+    cold = len(solves)
+    sol, info, _ = _fit_memory(problem, limit, "train")
+    assert plain is not None and info.status == "optimal" and info.memory_weight > 0
+    near = plain.lam * 1.05  # a neighbour's multiplier, a little above this one's
+    for hint in (plain.lam * 1e-3, plain.lam / 3, plain.lam, near, plain.lam * 3,
+                 LEANEST_WEIGHT):
+        solves.clear()
+        _, _, hinted = _lagrangian(problem, limit, math.inf, lam_hint=hint)
+        assert hinted is not None
+        assert hinted.lower == pytest.approx(plain.lower, rel=1e-9)
+        if hint == near:
+            assert len(solves) < cold
+        found, got, _ = _fit_memory(problem, limit, "train", lam_hint=hint)
+        assert got.status == "optimal"
+        assert found.cost == pytest.approx(sol.cost, rel=1e-12)
 
 
 @pytest.mark.parametrize("frac", [0.55, 0.8])

@@ -62,15 +62,17 @@ def _fit_memory(
     cutoff_s: float = math.inf,
     deadline: float = math.inf,
     exact_fronts: bool = True,
+    lam_hint: float = 0.0,
 ) -> tuple[Assignment, SearchInfo, float]:
     """The fastest plan within ``limit`` bytes per device, proven optimal (see
     :mod:`taps_core.search.memory_bound`); the dual gap is reported when a proof is out of reach.
     Without ``exact_fronts`` the Lagrangian's best fitting plan and bound are the answer (no
     front search: deterministic and fast, the gap reported).
     Raises :class:`_SlowerError` when even the unconstrained optimum is not below ``cutoff``
-    (seconds): nothing here can beat a plan already found."""
+    (seconds): nothing here can beat a plan already found. ``lam_hint``: the multiplier of a
+    similar problem, to start the dual's search at (see :func:`_lagrangian`)."""
     start = time.perf_counter()
-    fast, lean, bounds = _lagrangian(problem, limit_bytes, cutoff_s)
+    fast, lean, bounds = _lagrangian(problem, limit_bytes, cutoff_s, lam_hint, free_first=True)
     algorithm = "dp-layered" if fast.plan.stats.get("layered") else "dp-elimination"
     count = problem.num_strategies
 
@@ -131,30 +133,63 @@ def _fit_memory(
     ), fast.time_s
 
 
-def _lagrangian(
-    problem: SearchProblem, limit_bytes: float, cutoff_s: float, lam_hint: float = 0.0
-) -> tuple[Solved, Solved | None, Bounds | None]:
-    """The unconstrained optimum; when it overflows ``limit`` bytes, the leanest plan; when
-    that fits, the Lagrangian bounds. Raises :class:`_SlowerError` as soon as one of them
-    proves no plan within the limit beats ``cutoff`` (seconds).
+HINT_STEPS = 2  # a hinted multiplier whose plan overflows is raised this often before the leanest
+HINT_GROWTH = 4.0  # ... by this factor each time
 
-    ``lam_hint`` (seconds per byte, e.g. the multiplier that pruned a neighbouring micro-batch
-    count) is tried first: ``L(lam) = min_x time(x) + lam * (memory(x) - limit)`` bounds every
-    fitting plan from below for any ``lam >= 0``, so one solve prunes when it reaches the
-    cutoff (the pruned problem's unconstrained optimum is then not known: 0 is reported)."""
-    if lam_hint > 0 and math.isfinite(cutoff_s) and _bound_at(
-        problem, lam_hint, limit_bytes
-    ) >= cutoff_s * (1 - 1e-12):
-        raise _SlowerError(0.0, lam_hint)
-    fast = evaluate_at(problem, 0.0)
-    if fast.time_s >= cutoff_s * (1 - 1e-12):
-        raise _SlowerError(fast.time_s)
-    if fast.memory_bytes <= limit_bytes:
+
+def _lagrangian(
+    problem: SearchProblem,
+    limit_bytes: float,
+    cutoff_s: float,
+    lam_hint: float = 0.0,
+    free_first: bool = False,
+) -> tuple[Solved, Solved | None, Bounds | None]:
+    """The unconstrained optimum; when it overflows ``limit`` bytes, the leanest plan (or any
+    fitting plan: see below); when one fits, the Lagrangian bounds. Raises
+    :class:`_SlowerError` as soon as one of them proves no plan within the limit beats
+    ``cutoff`` (seconds).
+
+    ``lam_hint`` (seconds per byte: the multiplier of a similar problem, e.g. a neighbouring
+    micro-batch count or another pipeline stage) is solved first. ``L(lam) = min_x time(x) +
+    lam * (memory(x) - limit)`` bounds every fitting plan from below for any ``lam >= 0``, so
+    that one solve prunes when it reaches the cutoff (the pruned problem's unconstrained
+    optimum is then not known: 0 is reported; ``free_first`` solves it first, so that a prune
+    reports it, as callers bounding other problems by it need). Otherwise it starts the dual's
+    search next to its maximum: a plan that fits stands in for the leanest one, one that
+    overflows is the bound's first line (the same maximum is reached; fewer solves)."""
+    def settled(fast: Solved) -> bool:
+        """The unconstrained optimum already answers: too slow, or it fits."""
+        if fast.time_s >= cutoff_s * (1 - 1e-12):
+            raise _SlowerError(fast.time_s)
+        return fast.memory_bytes <= limit_bytes
+
+    fast = evaluate_at(problem, 0.0) if free_first else None
+    if fast is not None and settled(fast):
         return fast, None, None
-    lean = evaluate_at(problem, LEANEST_WEIGHT)
-    if lean.memory_bytes > limit_bytes:
-        return fast, lean, None
-    bounds = dual_bounds(problem, limit_bytes, fast, lean, cutoff_s)
+    probe = evaluate_at(problem, lam_hint) if lam_hint > 0 else None
+    if probe is not None and math.isfinite(cutoff_s) and probe.time_s + lam_hint * (
+        probe.memory_bytes - limit_bytes
+    ) >= cutoff_s * (1 - 1e-12):
+        raise _SlowerError(0.0 if fast is None else fast.time_s, lam_hint)
+    if fast is None:
+        fast = evaluate_at(problem, 0.0)
+        if settled(fast):
+            return fast, None, None
+    over, lean = None, probe
+    lam = lam_hint
+    for _ in range(HINT_STEPS if probe is not None else 0):
+        if lean.memory_bytes <= limit_bytes:
+            break
+        # overflowing at lam: the dual still rises there, its maximum lies at a larger lam
+        over, lam = (lean, lam), lam * HINT_GROWTH
+        lean = evaluate_at(problem, lam)
+    if lean is None or lean.memory_bytes > limit_bytes:
+        if lean is not None:
+            over = (lean, lam)
+        lean = evaluate_at(problem, LEANEST_WEIGHT)
+        if lean.memory_bytes > limit_bytes:
+            return fast, lean, None
+    bounds = dual_bounds(problem, limit_bytes, fast, lean, cutoff_s, over)
     if bounds.lower >= cutoff_s * (1 - 1e-12):
         # proven: no fitting plan here beats the one in hand
         raise _SlowerError(fast.time_s, bounds.lam)
@@ -520,12 +555,15 @@ def search_fixed(
     adjust: Callable[[SearchProblem], SearchProblem] | None = None,
     exact_fronts: bool = True,
     memo: BuildMemo | None = None,
+    lam_hint: float = 0.0,
 ) -> tuple[SearchProblem, Assignment, SearchInfo]:
     """The exact search at one micro-batch count (``graph`` is one micro-batch), as a pipeline
     stage needs it: ``activation_copies`` micro-batches held at once, given ZeRO stages;
     ``adjust`` reprices the built problem (a stage's costs paid outside its graph);
     ``exact_fronts`` False stops a memory-bound search at its Lagrangian bound (the gap
-    reported); ``memo`` the tables shared with other builds on ``topology`` with ``comm``.
+    reported); ``memo`` the tables shared with other builds on ``topology`` with ``comm``;
+    ``lam_hint`` the memory multiplier (seconds per byte) of a similar search (e.g. another
+    stage) to start the Lagrangian dual at (the plan's cost does not depend on it).
     Raises InfeasibleError when nothing fits."""
     problem = build_problem(
         graph, topology, mode, comm, space=space, allow=allow, microbatches=microbatches,
@@ -535,7 +573,8 @@ def search_fixed(
         problem = adjust(problem)
     try:
         sub, sol, info, _ = _best_zero_stage(
-            problem, limit, mode, deadline=deadline, stages=zero_stages, exact_fronts=exact_fronts
+            problem, limit, mode, deadline=deadline, stages=zero_stages,
+            exact_fronts=exact_fronts, lam_hint=lam_hint,
         )
     except _NoFitError as err:
         raise InfeasibleError(str(err)) from None
@@ -582,11 +621,14 @@ def _best_zero_stage(
     found: list[tuple[SearchProblem, Assignment, SearchInfo, float]] = []
     error: InfeasibleError | None = None
     free = math.inf
+    hint = lam_hint  # each stage's multiplier starts the next one's dual search
     for zero in stages:
         sub = problem.restricted(zero)
         bar = min((x[3] for x in found), default=cutoff_s)
         try:
-            sol, info, fast = _fit_memory(sub, limit_bytes, mode, bar, deadline, exact_fronts)
+            sol, info, fast = _fit_memory(
+                sub, limit_bytes, mode, bar, deadline, exact_fronts, hint
+            )
         except _NoFitError as err:
             error = err
             free = min(free, err.free_time_s)
@@ -597,6 +639,7 @@ def _best_zero_stage(
                 break  # unconstrained and already too slow: later stages are no faster
             continue
         free = min(free, fast)
+        hint = info.memory_weight or hint
         found.append((sub, sol, info, sol.cost))
         if info.status == "optimal" and not info.memory_weight and not info.note:
             break  # the unconstrained optimum fits: no later stage is faster

@@ -83,16 +83,25 @@ def dual_bounds(
     fast: Solved,
     lean: Solved,
     cutoff_s: float = math.inf,
+    over: tuple[Solved, float] | None = None,
 ) -> Bounds:
     """Maximise the Lagrangian dual from two (plan, seconds, bytes): the unconstrained optimum
-    ``fast`` (over the limit) and a plan ``lean`` that fits. Stops as soon as the bound reaches
-    ``cutoff`` (seconds, a plan already in hand): the caller then prunes this problem, and
-    more iterations would only raise a bound it no longer needs."""
+    ``fast`` (over the limit) and a plan ``lean`` that fits (solved at some multiplier).
+    ``over``: a plan solved at a multiplier (seconds per byte) > 0 that overflows too, nearer
+    the maximum than ``fast`` (its line bounds the dual as well, so the search starts there).
+    Stops as soon as the bound reaches ``cutoff`` (seconds, a plan already in hand): the caller
+    then prunes this problem, and more iterations would only raise a bound it no longer
+    needs."""
     _, lo_t, lo_m = fast
     hi_sol, hi_t, hi_m = lean
     solves = 0
     lower = lo_t  # L(0)
     best, best_t, lam = hi_sol, hi_t, 0.0
+    if over is not None:
+        (_, lo_t, lo_m), at = over
+        value = lo_t + at * (lo_m - limit_bytes)
+        if value > lower:
+            lower, lam = value, at
     for _ in range(DUAL_STEPS):
         if lo_m <= hi_m:
             break

@@ -102,11 +102,15 @@ class _StagePlan:
 
 @dataclass
 class _StageCache:
-    """What one pipeline search has planned (stage plans by stage key) and the tables its
-    stage searches share when they build on hosts of the same width (:class:`BuildMemo`)."""
+    """What one pipeline search has planned (stage plans by stage key), the tables its
+    stage searches share when they build on hosts of the same width (:class:`BuildMemo`) and
+    the memory multiplier (seconds per byte) the last memory-bound stage search of a width,
+    micro-batch count and cost model (and place: first, last, between) settled at: the next
+    one's dual search starts there."""
 
     plans: dict[tuple, _StagePlan | None] = field(default_factory=dict)
     memos: dict[tuple[int, str], BuildMemo] = field(default_factory=dict)
+    multipliers: dict[tuple, float] = field(default_factory=dict)
 
     def memo(self, links: LinkModel, cost_model: str) -> BuildMemo:
         """The build memo of a stage priced on ``links`` (a stage's hosts) by ``cost_model``."""
@@ -644,12 +648,19 @@ def _plan_stage(
             return problem
         return with_tied_exchange(problem, micro, links, hosts, p, first)
 
+    similar = (hosts, m, cost_model)
+    alike = (*similar, head, tail)  # a stage in the same place is the nearer guess
+
     def run(search_limit: float) -> Plan:
+        hints = cache.multipliers
         problem, sol, info = search_fixed(
             sg, sub, mode=mode, comm=comm, limit=search_limit, microbatches=m,
             activation_copies=copies, zero_stages=PIPELINE_ZERO, space=space, allow=allow,
             deadline=deadline, adjust=priced, memo=memo,
+            lam_hint=hints.get(alike, hints.get(similar, 0.0)),
         )
+        if info.memory_weight > 0:
+            hints[similar] = hints[alike] = info.memory_weight
         return evaluate(
             sg, sub_links, mode, choices_of(problem, sol), label="stage", cost_model=cost_model,
             search=info, memory_limit_bytes=limit, microbatches=m, activation_copies=copies,
