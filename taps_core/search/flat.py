@@ -157,6 +157,7 @@ def _lagrangian(
     reports it, as callers bounding other problems by it need). Otherwise it starts the dual's
     search next to its maximum: a plan that fits stands in for the leanest one, one that
     overflows is the bound's first line (the same maximum is reached; fewer solves)."""
+
     def settled(fast: Solved) -> bool:
         """The unconstrained optimum already answers: too slow, or it fits."""
         if fast.time_s >= cutoff_s * (1 - 1e-12):
