@@ -168,8 +168,8 @@ def _lagrangian(
     if fast is not None and settled(fast):
         return fast, None, None
     probe = evaluate_at(problem, lam_hint) if lam_hint > 0 else None
-    if probe is not None and math.isfinite(cutoff_s) and probe.time_s + lam_hint * (
-        probe.memory_bytes - limit_bytes
+    if probe is not None and math.isfinite(cutoff_s) and probe.dual_value(
+        lam_hint, limit_bytes
     ) >= cutoff_s * (1 - 1e-12):
         raise _SlowerError(0.0 if fast is None else fast.time_s, lam_hint)
     if fast is None:
@@ -200,8 +200,7 @@ def _lagrangian(
 def _bound_at(problem: SearchProblem, lam_s_per_byte: float, limit_bytes: float) -> float:
     """The Lagrangian ``L(lam) = min_x time(x) + lam * (memory(x) - limit)`` (seconds): a
     lower bound on every plan of ``problem`` within ``limit_bytes``, for any ``lam >= 0``."""
-    solved = evaluate_at(problem, lam_s_per_byte)
-    return solved.time_s + lam_s_per_byte * (solved.memory_bytes - limit_bytes)
+    return evaluate_at(problem, lam_s_per_byte).dual_value(lam_s_per_byte, limit_bytes)
 
 
 def _no_fit(fast: Solved, lean: Solved, limit_bytes: float, mode: str) -> _NoFitError:

@@ -69,6 +69,11 @@ class Solved(NamedTuple):
     time_s: float
     memory_bytes: float
 
+    def dual_value(self, lam_s_per_byte: float, limit_bytes: float) -> float:
+        """``time + lam * (memory - limit)`` (seconds): the Lagrangian at ``lam`` when this
+        plan was solved there, a lower bound on every plan within ``limit_bytes``."""
+        return self.time_s + lam_s_per_byte * (self.memory_bytes - limit_bytes)
+
 
 def evaluate_at(problem: SearchProblem, lam_s_per_byte: float) -> Solved:
     """Solve at multiplier ``lam_s_per_byte`` (seconds per byte of memory)."""
@@ -98,17 +103,19 @@ def dual_bounds(
     lower = lo_t  # L(0)
     best, best_t, lam = hi_sol, hi_t, 0.0
     if over is not None:
-        (_, lo_t, lo_m), at = over
-        value = lo_t + at * (lo_m - limit_bytes)
+        line, at = over
+        _, lo_t, lo_m = line
+        value = line.dual_value(at, limit_bytes)
         if value > lower:
             lower, lam = value, at
     for _ in range(DUAL_STEPS):
         if lo_m <= hi_m:
             break
         cand = (hi_t - lo_t) / (lo_m - hi_m)  # where the two lines cross
-        sol, t, m = evaluate_at(problem, cand)
+        solved = evaluate_at(problem, cand)
+        sol, t, m = solved
         solves += 1
-        value = t + cand * (m - limit_bytes)
+        value = solved.dual_value(cand, limit_bytes)
         if value > lower:
             lower, lam = value, cand
         if lower >= cutoff_s * (1 - 1e-12):
