@@ -174,6 +174,30 @@ def test_the_answer_is_the_fastest_fitting_configuration(space):
     assert found.plan.search.algorithm == f"{space}-exhaustive"
 
 
+@pytest.mark.parametrize("name,layers,batch,topo,kw", CASES)
+def test_memory_never_shrinks_as_the_micro_batch_grows(name, layers, batch, topo, kw):
+    """The premise of skipping a larger micro-batch when one sample per micro-batch fits at no
+    split: every configuration of both spaces at every split Megatron accepts holds at least
+    the memory of the same configuration at ``mbs=1`` (priced by the pricer, which equals the
+    whole model, :func:`test_every_price_equals_the_whole_model_price`)."""
+    graph, topology = _graph(name, layers, batch, **kw), preset(topo)
+    pricer = _Pricer(graph, topology, "train", LinkModel(topology))
+    checked = 0
+    for space in ("megatron", "deepspeed"):
+        for config in configurations(graph, topology, "train", space):
+            if config.mbs == 1:
+                continue
+            for variant in _with_every_split(config, layers):
+                try:
+                    big = pricer.price(variant)
+                except InvalidInputError:
+                    continue
+                one = pricer.price(replace(variant, mbs=1))
+                assert big.memory_bytes >= one.memory_bytes * (1 - 1e-12), variant.text()
+                checked += 1
+    assert checked >= 20
+
+
 def test_selective_recomputation_is_in_megatrons_space_where_it_changes_something():
     """Megatron-LM's selective recomputation is a configuration of its space when the model
     keeps attention scores (not with fused attention: it would equal none), never of

@@ -26,6 +26,14 @@ stages' evaluations are kept for the process as bandwidth-independent shapes
 (:mod:`taps_core.search.stage_shapes`) and priced on each cluster's links. The test
 suite checks the result against :func:`taps_core.search.fixed_config.plan_fixed` on the whole model.
 Models whose layers differ are priced whole, one configuration at a time.
+
+Two rules skip configurations that cannot be the answer, both proven and both tested against
+brute force: recomputing more is never tried once recomputing less fits at its fastest split
+(it only adds work), and a micro-batch size above one is skipped when the same configuration
+with one sample per micro-batch fits at no split. Memory per device never shrinks as the
+micro-batch grows: weights do not depend on it, every activation and per-micro-batch buffer
+scales with its samples, and a 1F1B stage ``i`` of ``p`` holds ``min(p - i, m)`` micro-batches
+of ``mbs`` samples, ``min((p - i) * mbs, B / dp)`` samples, non-decreasing in ``mbs``.
 """
 
 from __future__ import annotations
@@ -438,9 +446,11 @@ def search_configurations(
         except InvalidInputError:
             continue
         candidates.append((pricer.compute_floor_s(lay), config))
-    candidates.sort(key=lambda fc: (fc[0], fc[1].text()))
+    # smaller micro-batches first among equal floors: they rule out their larger siblings
+    candidates.sort(key=lambda fc: (fc[0], fc[1].mbs, fc[1].text()))
     priced: list[Priced] = []
     fits: dict[FixedConfig, bool] = {}  # per configuration priced (at its split)
+    fits_any: dict[FixedConfig, bool] = {}  # per configuration: at some split Megatron accepts
     free_fits: dict[FixedConfig, bool] = {}  # its fastest split regardless of memory fits
     best_s = math.inf
     for floor_s, config in candidates:
@@ -449,6 +459,8 @@ def search_configurations(
         if any(free_fits.get(replace(config, recompute=less))
                for less in RECOMPUTE[: RECOMPUTE.index(config.recompute)]):
             continue  # dominated: recomputing more only adds work to a plan that fits already
+        if config.mbs > 1 and fits_any.get(replace(config, mbs=1)) is False:
+            continue  # no split fits at one sample per micro-batch: none fits at more
         try:
             if fast and config.pp > 1:
                 pr, free_fits[config] = pricer.best_split(config, limit)
@@ -459,10 +471,11 @@ def search_configurations(
             continue  # a size that does not divide this model (e.g. the heads by tp)
         priced.append(pr)
         fits[pr.config] = pr.memory_bytes <= limit * (1 + FIT_TOLERANCE)
+        fits_any[config] = fits[pr.config]  # best_split: a fitting split if any
         free_fits.setdefault(config, fits[pr.config])
         if fits[pr.config]:
             best_s = min(best_s, pr.step_s)
-    priced.sort(key=lambda pr: (pr.step_s, pr.memory_bytes))
+    priced.sort(key=lambda pr: (pr.step_s, pr.memory_bytes, pr.config.text()))
     fitting = [pr for pr in priced if fits[pr.config]]
     best = fitting[0] if fitting else None
     plan = None
