@@ -29,9 +29,9 @@ Models whose layers differ are priced whole, one configuration at a time.
 
 Two rules skip configurations that cannot be the answer, both proven and both tested against
 brute force: recomputing more is never tried once recomputing less fits at its fastest split
-(it only adds work), and a micro-batch size above one is skipped when the same configuration
-with one sample per micro-batch fits at no split. Memory per device never shrinks as the
-micro-batch grows: weights do not depend on it, every activation and per-micro-batch buffer
+(it only adds work), and a micro-batch size is skipped when the same configuration with a
+smaller one fits at no split (smaller sizes are priced first). Memory per device never shrinks
+as the micro-batch grows: weights do not depend on it, every activation and per-micro-batch buffer
 scales with its samples, and a 1F1B stage ``i`` of ``p`` holds ``min(p - i, m)`` micro-batches
 of ``mbs`` samples, ``min((p - i) * mbs, B / dp)`` samples, non-decreasing in ``mbs``.
 """
@@ -450,7 +450,8 @@ def search_configurations(
     candidates.sort(key=lambda fc: (fc[0], fc[1].mbs, fc[1].text()))
     priced: list[Priced] = []
     fits: dict[FixedConfig, bool] = {}  # per configuration priced (at its split)
-    fits_any: dict[FixedConfig, bool] = {}  # per configuration: at some split Megatron accepts
+    # per configuration with mbs=0: the least micro-batch size priced that fits at no split
+    too_big: dict[FixedConfig, int] = {}
     free_fits: dict[FixedConfig, bool] = {}  # its fastest split regardless of memory fits
     best_s = math.inf
     for floor_s, config in candidates:
@@ -459,8 +460,9 @@ def search_configurations(
         if any(free_fits.get(replace(config, recompute=less))
                for less in RECOMPUTE[: RECOMPUTE.index(config.recompute)]):
             continue  # dominated: recomputing more only adds work to a plan that fits already
-        if config.mbs > 1 and fits_any.get(replace(config, mbs=1)) is False:
-            continue  # no split fits at one sample per micro-batch: none fits at more
+        family = replace(config, mbs=0)
+        if config.mbs >= too_big.get(family, math.inf):
+            continue  # a smaller micro-batch fits at no split: neither does this one
         try:
             if fast and config.pp > 1:
                 pr, free_fits[config] = pricer.best_split(config, limit)
@@ -471,7 +473,8 @@ def search_configurations(
             continue  # a size that does not divide this model (e.g. the heads by tp)
         priced.append(pr)
         fits[pr.config] = pr.memory_bytes <= limit * (1 + FIT_TOLERANCE)
-        fits_any[config] = fits[pr.config]  # best_split: a fitting split if any
+        if not fits[pr.config]:  # best_split returns a fitting split when there is one
+            too_big[family] = min(config.mbs, too_big.get(family, config.mbs))
         free_fits.setdefault(config, fits[pr.config])
         if fits[pr.config]:
             best_s = min(best_s, pr.step_s)
