@@ -279,7 +279,9 @@ class OpGraph:
     @cached_property
     def signatures(self) -> dict[str, tuple]:
         """Op name -> everything that determines the op's strategies and costs (not its name
-        or layer index): ops with equal signatures are costed once. Computed once per graph."""
+        or layer index): ops with equal signatures are costed once. Of a sibling group only
+        the leader differs (it keeps the shared input, :func:`taps_core.costs.ops.op_cost`):
+        K and V of one attention share their tables. Computed once per graph."""
         return {op.name: self._signature(op) for op in self.ops}
 
     def _signature(self, op: OpSpec) -> tuple:
@@ -296,7 +298,7 @@ class OpGraph:
         group = self.siblings.get(op.name, (op.name,))
         return (
             op.kind, op.einsum, specs, readers, inside, op.layer is None,
-            group.index(op.name), len(group), op.fixed, op.stat_letters, op.tp_role,
+            group[0] == op.name, len(group), op.fixed, op.stat_letters, op.tp_role,
             op.flops_factor, op.fwd_flops, op.saves_inputs, op.mask_bytes, op.score_bytes,
             op.padded, bool(self.consumers.get(op.output)),
         )
