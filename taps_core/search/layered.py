@@ -264,7 +264,9 @@ def _solve_part(
     shared by all their layers (as :func:`~taps_core.search.memory_bound.build_schedule`'s
     parts). Returns the solution (every node of ``names`` assigned), the variant of each
     layered node and of each layer."""
-    loose = cut_out(problem, names)
+    # one variant (memory weight 0, recomputing never faster): one elimination is as exact
+    one = len(variants(problem, names - set(keep), weight)) == 1
+    loose = None if one else cut_out(problem, names)
     if loose is None:
         best, shared = None, KEPT  # the cheapest solution and its recomputation variant
         for variant in variants(problem, names - set(keep), weight):
