@@ -97,7 +97,7 @@ def main() -> None:
         status.caption(
             f"Planning… {done} of {len(grid)} bandwidths"
             + (" (the points asked for and this cluster's own)" if len(grid) > points else "")
-            + (f", locating {len(sw.changes)} plan change(s)" if done == len(grid) else "")
+            + (f", locating {len(sw.plan_changes)} plan change(s)" if done == len(grid) else "")
         )
         # a key per draft: two states in a row may draw the same figure, and Streamlit
         # refuses two charts with one auto-generated ID in a run
@@ -132,12 +132,12 @@ def explain_changes(sw: Sweep) -> None:
     """The numbered plan changes: the structure in Megatron's terms first, then the planner's
     per-op words; and a warning where hosts repeat work."""
     st.subheader("Where TAPS changes its plan, and why")
-    if not sw.changes:
+    if not sw.plan_changes:
         st.info(
             "TAPS keeps one plan over the whole range: widen the range or add points to find "
             "where it changes."
         )
-    for i, c in enumerate(sw.changes):
+    for i, c in enumerate(sw.plan_changes):
         mark = CHANGE_MARKS[i] if i < len(CHANGE_MARKS) else str(i + 1)
         where = f"{c.low_Bps / 1e9:.3g} – {c.high_Bps / 1e9:.3g} GB/s per host"
         rest = c.words[len(c.structure):].strip() if c.words.startswith(c.structure) else c.words
@@ -147,6 +147,14 @@ def explain_changes(sw: Sweep) -> None:
         else:
             st.markdown(f"**{mark} At {where}: the same Megatron structure**, finer choices: "
                         + c.words)
+    if sw.twin_changes:
+        spans = ", ".join(f"{c.low_Bps / 1e9:.3g} – {c.high_Bps / 1e9:.3g}"
+                          for c in sw.twin_changes)
+        st.caption(
+            f"Equal-cost twins, not changes: at {spans} GB/s per host TAPS returns another of "
+            "two plans that take the same step at both ends (e.g. a batch split for a "
+            "sequence split of the same ops), so the step does not change there."
+        )
     repeat = [
         p for p in sw.done if p.plans["taps"].fits and p.plans["taps"].replicated_across >= 0.5
     ]

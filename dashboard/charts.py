@@ -623,10 +623,11 @@ def mark_rows(xs: list[float], gap: float) -> list[int]:
 def _sweep_change_bands(fig: go.Figure, sw: Sweep, x: list[float]) -> None:
     """Shade each bandwidth range (GB/s) where TAPS's plan changes, numbered ①, ② ... on top
     (stacked in rows where changes lie closer than a mark's width on the axis over ``x``)."""
-    centres = [math.log10(math.sqrt(c.low_Bps * c.high_Bps) / 1e9) for c in sw.changes]
+    changes = sw.plan_changes  # equal-cost twins change no step: not marked
+    centres = [math.log10(math.sqrt(c.low_Bps * c.high_Bps) / 1e9) for c in changes]
     span = math.log10(max(x) / min(x)) if x and min(x) > 0 else 1.0
     rows = mark_rows(centres, MARK_GAP_SHARE * max(span, 1e-9))
-    for i, c in enumerate(sw.changes):
+    for i, c in enumerate(changes):
         mark = CHANGE_MARKS[i] if i < len(CHANGE_MARKS) else str(i + 1)
         lo, hi = c.low_Bps / 1e9, c.high_Bps / 1e9
         for row in (1, 2):

@@ -471,7 +471,7 @@ def test_sweep_page_holds_to_the_engine_numbers():
     regimes = at.dataframe[0].value
     assert any("this cluster" in v for v in regimes["GB/s per host"])
     assert all(v.startswith("TP ") for v in regimes["structure (Megatron terms)"])
-    for c in sw.changes:  # each change's structure in Megatron words, in bold
+    for c in sw.plan_changes:  # each change's structure in Megatron words, in bold
         said = c.structure or "the same Megatron structure"
         assert any(said in m.value and m.value.startswith("**") for m in at.markdown)
 

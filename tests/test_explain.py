@@ -135,6 +135,28 @@ def test_a_pipelined_plans_changed_ops_are_at_most_all_of_its_compute():
     assert 0 < share <= 100, what
 
 
+def test_a_change_of_layer_split_alone_is_named_as_such():
+    """Two pipelines whose ops keep their choices but whose layers sit in other stages: the
+    words name the split, not an empty list of changed ops."""
+    from dataclasses import replace
+
+    from taps_core.models import build_graph, load_model_config
+    from taps_core.search.planner import search
+    from taps_core.studies.explain import change_words
+
+    graph = build_graph(replace(load_model_config("gpt2"), batch_size=8))
+    staged = search(graph, preset("dgx-a100:2"), pipeline=True)
+    assert staged.pipeline is not None
+    first, last = staged.pipeline.stages
+    cut = 5 if staged.pipeline.layer_split[0] != 6 else 6  # another split than the plan's
+    stages = (replace(first, layers=(0, cut)), replace(last, layers=(cut + 1, 11)))
+    moved = replace(staged, pipeline=replace(staged.pipeline, stages=stages))
+    words = change_words(moved, staged, 30e9, 32e9)
+    split = "/".join(map(str, staged.pipeline.layer_split))
+    assert f"layers per stage {split} become {cut + 1}/{11 - cut}" in words, words
+    assert "0 op(s)" not in words
+
+
 def test_edit_words_lead_with_dropped_pipeline_stages():
     """Lowering the network drops the unedited cluster's stages: the note says so first, in
     Megatron-LM's terms, before the per-op changes."""

@@ -230,9 +230,13 @@ def _sweep_table(sw: Sweep) -> str:
         if reasons:
             lines.append(f"{lb} does not fit at {len(reasons)} of {len(sw.done)} bandwidths: "
                          f"{reasons[0]}")
-    for c in sw.changes:
+    for c in sw.plan_changes:
         what = c.structure or c.words
         lines.append(f"change {c.low_Bps / 1e9:.3g}-{c.high_Bps / 1e9:.3g} GB/s: {what}")
+    if sw.twin_changes:
+        spans = ", ".join(f"{c.low_Bps / 1e9:.3g}-{c.high_Bps / 1e9:.3g}" for c in sw.twin_changes)
+        lines.append(f"equal-cost twins (no change of step; TAPS returns either plan) at {spans} "
+                     "GB/s")
     return "\n".join(lines)
 
 

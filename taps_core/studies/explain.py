@@ -519,6 +519,8 @@ def change_words(
 ) -> str:
     """Why TAPS's plan at ``low_Bps`` (``below``) differs from the one at ``high_Bps``."""
     what, why = _diff(below, above, max_ops)
+    if all(op_choice_label(a) == op_choice_label(b) for a, b in zip(below.ops, above.ops)):
+        what = _same_choices_words(below, above)
     text = (
         f"Below {fmt_sig(math.sqrt(low_Bps * high_Bps) / 1e9)} GB/s per host (between "
         f"{low_Bps / 1e9:.3g} and {high_Bps / 1e9:.3g}) {what}"
@@ -532,6 +534,17 @@ def change_words(
             f"{fmt_seconds(above_at_low.comm_time_s)}), against {fmt_seconds(below.total_time_s)}."
         )
     return text
+
+
+def _same_choices_words(new: Plan, old: Plan) -> str:
+    """What differs between two plans whose ops all keep their choices: the layers' split
+    over the pipeline stages (or, failing that, where each op runs)."""
+    a, b = new.pipeline, old.pipeline
+    if a is not None and b is not None and a.layer_split != b.layer_split:
+        split = "/".join(map(str, b.layer_split)), "/".join(map(str, a.layer_split))
+        return (f"every op keeps its choice; layers move between the pipeline stages "
+                f"(layers per stage {split[0]} become {split[1]}).")
+    return "every op keeps its choice; the ops are placed differently."
 
 
 def edit_words(plan: Plan, unedited: Plan, *, unedited_here: Plan | None = None) -> str:

@@ -47,11 +47,13 @@ from taps_core.search.baselines import BASELINES, share_candidates
 from taps_core.studies.explain import change_words, op_choice_label, replicated_share
 from taps_core.studies.shape import Shape, plan_shape, shape_change_words
 from taps_core.studies.sweep_jobs import EVERY_PLANNER, TAPS_ONLY, Jobs
+from taps_core.units import fmt_seconds
 
 MAX_POINTS = 40
 BISECT_RATIO = 1.1  # a change is located once its interval's high/low bandwidth ratio is below
 MAX_BISECTIONS = 16  # searches spent locating changes, over the whole sweep
 TIE_REL = 1e-9  # plans whose step times agree this closely are equal-cost twins
+NEAR_TIE_REL = 1e-3  # same-shape plans this close at both ends of an interval: not bisected
 
 
 def log_bandwidths(low_Bps: float, high_Bps: float, points: int) -> tuple[float, ...]:
@@ -205,6 +207,7 @@ class Change:
     changed_ops: int
     located: bool  # True once the interval is tight (ratio <= BISECT_RATIO) or out of budget
     structure: str = ""  # the change in Megatron-LM terms (:func:`shape_change_words`)
+    twins: bool = False  # the two plans take the same step at both ends: no change of step
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,19 @@ class Sweep:
     @property
     def done(self) -> tuple[SweepPoint, ...]:
         return tuple(p for p in self.points if p is not None)
+
+    @property
+    def plan_changes(self) -> tuple[Change, ...]:
+        """The changes that change the step: all but equal-cost twins (:attr:`Change.twins`:
+        plans of one structure taking the same step at both ends, which the search returns
+        either of, e.g. a batch split for a sequence split of the same ops)."""
+        return tuple(c for c in self.changes if not c.twins)
+
+    @property
+    def twin_changes(self) -> tuple[Change, ...]:
+        """The intervals where TAPS returns another of equal-cost twins (see
+        :attr:`plan_changes`)."""
+        return tuple(c for c in self.changes if c.twins)
 
     @property
     def regimes(self) -> tuple[Regime, ...]:
@@ -586,9 +602,9 @@ class SweepRun:
                     self._jobs.start(TAPS_ONLY, m)
 
     def _bisects(self, a: float, b: float) -> bool:
-        """Whether an interval whose plans differ is worth bisecting: wider than BISECT_RATIO
-        and not a tie (:meth:`_tie`)."""
-        return b / a > BISECT_RATIO and not self._tie(a, b)
+        """Whether an interval whose plans differ is worth bisecting: wider than BISECT_RATIO,
+        not a tie (:meth:`_tie`) and not a near tie (:meth:`_near_tie`)."""
+        return b / a > BISECT_RATIO and not self._tie(a, b) and self._near_tie(a, b) is None
 
     def _taps_plan(self, bw: float) -> Plan | NotFitting:
         """TAPS's searched plan at ``bw`` (what changes are located and explained from)."""
@@ -631,24 +647,48 @@ class SweepRun:
         ``b`` costs at ``a`` what the plan found there does (the switch is at ``a``), or the
         plan at ``a`` costs at ``b`` what the plan found there does (at ``b``). No search can
         locate such a switch better (memory-bound plans flip between twins often)."""
+        return self._tie_at(a, b) is not None
+
+    def _tie_at(self, a: float, b: float) -> float | None:
+        """The end of the interval (bandwidth, B/s) where the plans are twins (:meth:`_tie`),
+        None when they are not."""
         below, above = self._taps_plan(a), self._taps_plan(b)
         key = (a, b, id(below), id(above))
         if key not in self._ties:  # the plans kept with the answer: their ids stay theirs
             self._ties[key] = (below, above, self._twins(a, b))
         return self._ties[key][2]
 
-    def _twins(self, a: float, b: float) -> bool:
-        """:meth:`_tie`, computed."""
+    def _twins(self, a: float, b: float) -> float | None:
+        """:meth:`_tie_at`, computed."""
         below, above = self._taps_plan(a), self._taps_plan(b)
         if not (isinstance(below, Plan) and isinstance(above, Plan)):
-            return False
+            return None
         for plan, found_at, at, there in ((above, b, a, below), (below, a, b, above)):
             moved = self._reprice(plan, at, found_at)
             if moved is not None and math.isclose(
                 moved.total_time_s, there.total_time_s, rel_tol=TIE_REL, abs_tol=0.0
             ):
-                return True
-        return False
+                return at
+        return None
+
+    def _near_tie(self, a: float, b: float) -> float | None:
+        """The largest relative step difference between TAPS's plans at ``a`` and ``b`` when
+        they have the same Megatron-LM structure and each, re-costed at the other end, is
+        within :data:`NEAR_TIE_REL` of the plan found there; else None. Where the switch
+        between such plans lies changes the step by less than that at either end (and, step
+        times being close to affine in 1/bandwidth, in between), so no search locates it."""
+        below, above = self._taps_plan(a), self._taps_plan(b)
+        if not (isinstance(below, Plan) and isinstance(above, Plan)):
+            return None
+        if shape_change_words(plan_shape(below), plan_shape(above)):
+            return None
+        worst = 0.0
+        for plan, found_at, at, there in ((above, b, a, below), (below, a, b, above)):
+            moved = self._reprice(plan, at, found_at)
+            if moved is None:
+                return None
+            worst = max(worst, abs(moved.total_time_s - there.total_time_s) / there.total_time_s)
+        return worst if worst <= NEAR_TIE_REL else None
 
     def _record(self, a: float, b: float, *, located: bool) -> None:
         below, above = self._taps_plan(a), self._taps_plan(b)
@@ -656,7 +696,30 @@ class SweepRun:
             above_at_a = self._reprice(above, a, b)
             structure = shape_change_words(plan_shape(below), plan_shape(above))
             words = change_words(below, above, a, b, above_at_low=above_at_a)
-            words = f"{structure} {words}" if structure else words
+            tie = self._tie_at(a, b)
+            near = self._near_tie(a, b)
+            lead = ""
+            twins = near is not None and near <= TIE_REL
+            if twins:
+                lead = (
+                    f"Equal-cost twins, no change of step: at {a / 1e9:.3g} and "
+                    f"{b / 1e9:.3g} GB/s per host both plans take the same step, so TAPS "
+                    "returns either."
+                )
+            elif tie is not None:
+                lead = (
+                    f"A tie: at {tie / 1e9:.3g} GB/s per host both plans take the same step "
+                    f"({fmt_seconds(below.total_time_s if tie == a else above.total_time_s)}), "
+                    "so TAPS may return either there (equal-cost twins)."
+                )
+            elif near is not None:
+                lead = (
+                    f"A near tie, not located: the two plans are within {near:.2%} of each "
+                    "other at both ends, so where TAPS switches hardly changes the step."
+                )
+            located = located or near is not None  # as close as it matters (:meth:`_near_tie`)
+            # the structure first: the page shows it as the change's headline
+            words = " ".join(x for x in (structure, lead, words) if x)
             changed = sum(
                 op_choice_label(x) != op_choice_label(y) for x, y in zip(below.ops, above.ops)
             )
@@ -665,8 +728,8 @@ class SweepRun:
             words = f"below {a / 1e9:.3g} GB/s per host TAPS {fits}; above {b / 1e9:.3g} it " + (
                 "fits" if isinstance(above, Plan) else "does not fit"
             )
-            changed, structure = 0, ""
-        self._changes[(a, b)] = Change(a, b, words, changed, located, structure)
+            changed, structure, twins = 0, "", False
+        self._changes[(a, b)] = Change(a, b, words, changed, located, structure, twins)
 
 
 def sweep_inter_bandwidth(
@@ -718,7 +781,7 @@ def priced_to_json(q: Priced) -> dict[str, Any]:
 
 def sweep_to_json(sw: Sweep) -> dict[str, Any]:
     """``{"own_bandwidth_GBps", "points": [{"bandwidth_GBps", "own", "plans": {label: plan}}],
-    "changes": [{"low_GBps", "high_GBps", "structure", "words"}]}`` (GB/s per host: 1e9
+    "changes": [{"low_GBps", "high_GBps", "structure", "words", "twins"}]}`` (GB/s per host: 1e9
     bytes/s summed over a host's NICs); points not computed yet are left out."""
     return {
         "own_bandwidth_GBps": None if sw.own_Bps is None else sw.own_Bps / 1e9,
@@ -737,6 +800,7 @@ def sweep_to_json(sw: Sweep) -> dict[str, Any]:
                 "high_GBps": c.high_Bps / 1e9,
                 "structure": c.structure,
                 "words": c.words,
+                "twins": c.twins,
             }
             for c in sw.changes
         ],
