@@ -22,7 +22,11 @@ up to the requested bandwidth, keeping their relative speeds (a degraded NIC sta
 - Between two grid points where TAPS's plan differs, the change is located by bisection in
   log space to a tight interval, and explained in words: first the structure in Megatron-LM's
   terms (:class:`Shape`: TP/PP/DP sizes, ZeRO, recomputation, hosts repeating work), then the
-  planner's per-op view (:func:`taps_core.studies.explain.change_words`).
+  planner's per-op view (:func:`taps_core.studies.explain.change_words`). Not bisected: a
+  tie (the two plans cost the same at one end: the switch is there) and a near tie (one
+  structure, within :data:`NEAR_TIE_REL` at both ends). Plans taking the same step at both
+  ends are equal-cost twins (e.g. a stage that does not pace the pipeline planned another
+  way): :attr:`Sweep.plan_changes` leaves them out, :attr:`Sweep.twin_changes` lists them.
 
 Results are kept per (label, bandwidth), so a later grid reuses every plan already found.
 """
