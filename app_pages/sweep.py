@@ -3,8 +3,8 @@ drawn as it is computed, with every change of TAPS's plan located and explained.
 
 The cluster's own bandwidth is always a point, planned as the Plan page plans it (same search,
 pipeline stages included), so the sweep there is the Plan page's step time. Tables come from
-:func:`taps_core.studies.sweep.sweep_to_json`'s numbers (what ``python -m taps_core sweep`` prints),
-rounded to 4 significant digits."""
+:func:`taps_core.studies.sweep_json.sweep_to_json`'s numbers (what ``python -m taps_core
+sweep`` prints), rounded to 4 significant digits."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from taps_core import strict_json
 from taps_core.cluster.topology import node_inter_bandwidth
 from taps_core.plan.report import fmt_seconds
 from taps_core.search.baselines import BASELINES
-from taps_core.studies.sweep import Priced, Sweep, sweep_grid, sweep_to_json
+from taps_core.studies.sweep import Priced, Sweep, sweep_grid
+from taps_core.studies.sweep_json import sweep_to_json
 
 WARM_TAPS_AFTER_S = 2.0  # seconds per search above which TAPS is warm-started too
 WORKERS_AFTER_S = 1.0  # seconds per search above which grid points are searched in parallel

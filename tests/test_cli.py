@@ -257,7 +257,8 @@ def test_sweep_json_is_the_engines_sweep(capsys, tmp_path):
     own bandwidth a point, equal to the engine's sweep of the same inputs."""
     from taps_core.cluster.presets import preset
     from taps_core.models import build_graph, load_model_config
-    from taps_core.studies.sweep import sweep_grid, sweep_inter_bandwidth, sweep_to_json
+    from taps_core.studies.sweep import sweep_grid, sweep_inter_bandwidth
+    from taps_core.studies.sweep_json import sweep_to_json
 
     args = [*SWEEP, "--from", "5", "--to", "400", "--points", "2", "--plans", "volume"]
     target = tmp_path / "sweep.json"  # one run: the JSON to a file, the table to stdout

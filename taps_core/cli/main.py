@@ -38,9 +38,9 @@ from taps_core.studies.sweep import (
     Sweep,
     sweep_grid,
     sweep_inter_bandwidth,
-    sweep_to_json,
 )
 from taps_core.studies.sweep_jobs import check_workers, default_workers
+from taps_core.studies.sweep_json import sweep_to_json
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERNAL = 1

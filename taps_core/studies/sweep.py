@@ -38,7 +38,6 @@ import math
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import numpy as np
 
@@ -46,7 +45,7 @@ from taps_core.cluster.topology import Topology, node_inter_bandwidth, scale_int
 from taps_core.errors import InvalidInputError, TapsError, check_positive
 from taps_core.ir.graph import OpGraph
 from taps_core.plan.records import NotFitting, Plan
-from taps_core.plan.report import describe, plan_to_json
+from taps_core.plan.report import describe
 from taps_core.search.baselines import BASELINES, share_candidates
 from taps_core.studies.explain import change_words, op_choice_label, replicated_share
 from taps_core.studies.shape import Shape, plan_shape, shape_change_words
@@ -765,47 +764,3 @@ def sweep_inter_bandwidth(
         pass
     assert last is not None
     return last
-
-
-# ---- the sweep as data (``python -m taps_core sweep --json``, the Sweep page's tables) ----------
-
-
-def priced_to_json(q: Priced) -> dict[str, Any]:
-    """One plan at one point: ``{"fits": true, **plan JSON, "structure", "searched"}`` or
-    ``{"fits": false, "reason"}`` (the shape of ``compare --json``'s plans)."""
-    if q.plan is None:
-        return {"fits": False, "reason": q.reason}
-    return {
-        "fits": True,
-        **plan_to_json(q.plan),
-        "structure": q.shape.words() if q.shape is not None else "",
-        "searched": q.searched,
-    }
-
-
-def sweep_to_json(sw: Sweep) -> dict[str, Any]:
-    """``{"own_bandwidth_GBps", "points": [{"bandwidth_GBps", "own", "plans": {label: plan}}],
-    "changes": [{"low_GBps", "high_GBps", "structure", "words", "twins"}]}`` (GB/s per host: 1e9
-    bytes/s summed over a host's NICs); points not computed yet are left out."""
-    return {
-        "own_bandwidth_GBps": None if sw.own_Bps is None else sw.own_Bps / 1e9,
-        "complete": sw.complete,
-        "points": [
-            {
-                "bandwidth_GBps": p.node_bandwidth_Bps / 1e9,
-                "own": sw.is_own(p.node_bandwidth_Bps),
-                "plans": {lb: priced_to_json(q) for lb, q in p.plans.items()},
-            }
-            for p in sw.done
-        ],
-        "changes": [
-            {
-                "low_GBps": c.low_Bps / 1e9,
-                "high_GBps": c.high_Bps / 1e9,
-                "structure": c.structure,
-                "words": c.words,
-                "twins": c.twins,
-            }
-            for c in sw.changes
-        ],
-    }
