@@ -174,7 +174,8 @@ def _structure(q: Priced) -> str:
 
 
 def regime_table(sw: Sweep) -> None:
-    """One row per run of points with one TAPS plan, then every point (rounded)."""
+    """One row per run of points with one TAPS plan (or equal-cost twins), then every point
+    (rounded)."""
     st.subheader("TAPS plan regimes")
     rows = []
     for r in sw.regimes:

@@ -276,6 +276,22 @@ def test_near_equal_plans_of_one_shape_are_not_bisected(gpt2, monkeypatch):
     assert run._near_tie(1.0, 4.0) is None  # another structure: located as before
 
 
+def test_a_regime_runs_on_across_equal_cost_twins(gpt2):
+    """Points whose plans differ only by equal-cost twins (every change between them a twin)
+    are one regime; a change that moves the step still starts a new one."""
+    from dataclasses import replace
+
+    bws = log_bandwidths(1e9, 400e9, 5)
+    sw = list(SweepRun(gpt2, preset("dgx-a100:2"), labels=("taps",)).fill(bws))[-1]
+    assert len(sw.regimes) > 1 and sw.changes
+    twins = replace(sw, changes=tuple(replace(c, twins=True) for c in sw.changes))
+    assert len(twins.regimes) == 1 and twins.regimes[0].last == len(bws) - 1
+    assert not twins.plan_changes and len(twins.twin_changes) == len(sw.changes)
+    first = sw.changes[0]  # one real change, the rest twins: two regimes
+    mixed = replace(twins, changes=(replace(first, twins=False), *twins.changes[1:]))
+    assert len(mixed.regimes) == 2
+
+
 def test_pipelined_plans_are_recosted_not_searched_again():
     """A pipelined plan re-costs at another bandwidth (its stages, split and micro-batches
     kept), so ties and previews need no search; where it was found, it costs what it did."""

@@ -263,13 +263,18 @@ class Sweep:
 
     @property
     def regimes(self) -> tuple[Regime, ...]:
-        """Runs of computed grid points where TAPS keeps one plan."""
+        """Runs of computed grid points where TAPS keeps one plan, or switches only between
+        equal-cost twins (:attr:`twin_changes`: the step does not change there)."""
         out: list[Regime] = []
         for i, p in enumerate(self.points):
             if p is None:
                 continue
             taps = p.plans["taps"]
-            if out and self.points[out[-1].last].plans["taps"].strategies == taps.strategies:
+            prev = self.points[out[-1].last] if out else None
+            if prev is not None and (
+                prev.plans["taps"].strategies == taps.strategies
+                or self._twins_between(prev.node_bandwidth_Bps, p.node_bandwidth_Bps)
+            ):
                 out[-1] = replace(out[-1], last=i, high_Bps=p.node_bandwidth_Bps)
             else:
                 out.append(
@@ -284,6 +289,11 @@ class Sweep:
                     )
                 )
         return tuple(out)
+
+    def _twins_between(self, low_Bps: float, high_Bps: float) -> bool:
+        """Whether TAPS's plan changes between two bandwidths, and only between twins."""
+        inside = [c for c in self.changes if low_Bps <= c.low_Bps and c.high_Bps <= high_Bps]
+        return bool(inside) and all(c.twins for c in inside)
 
 
 # ---- the run -----------------------------------------------------------------------------------
