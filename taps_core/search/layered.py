@@ -264,12 +264,12 @@ def _solve_part(
     shared by all their layers (as :func:`~taps_core.search.memory_bound.build_schedule`'s
     parts). Returns the solution (every node of ``names`` assigned), the variant of each
     layered node and of each layer."""
+    tried = variants(problem, names - set(keep), weight)
     # one variant (memory weight 0, recomputing never faster): one elimination is as exact
-    one = len(variants(problem, names - set(keep), weight)) == 1
-    loose = None if one else cut_out(problem, names)
+    loose = None if len(tried) == 1 else cut_out(problem, names)
     if loose is None:
         best, shared = None, KEPT  # the cheapest solution and its recomputation variant
-        for variant in variants(problem, names - set(keep), weight):
+        for variant in tried:
             part = problem.cost_graph(weight, nodes=names, recompute=variant)
             sol = solve(CostGraph(part.node_costs, (*part.edges, *extra)))
             if best is None or sol.cost < best.cost:

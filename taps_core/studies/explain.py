@@ -489,7 +489,7 @@ def _diff(new: Plan, old: Plan, max_ops: int) -> tuple[str, list[str]]:
         f"{100 * share:.0f}% of compute): "
         + ("; ".join(moves) if moves else "their layouts change")
         + "."
-    )
+    ) if changed else _same_choices_words(new, old)
     why = []
     d_inter = new.inter_node_bytes - old.inter_node_bytes
     d_compute = new.compute_time_s - old.compute_time_s
@@ -519,8 +519,6 @@ def change_words(
 ) -> str:
     """Why TAPS's plan at ``low_Bps`` (``below``) differs from the one at ``high_Bps``."""
     what, why = _diff(below, above, max_ops)
-    if all(op_choice_label(a) == op_choice_label(b) for a, b in zip(below.ops, above.ops)):
-        what = _same_choices_words(below, above)
     text = (
         f"Below {fmt_sig(math.sqrt(low_Bps * high_Bps) / 1e9)} GB/s per host (between "
         f"{low_Bps / 1e9:.3g} and {high_Bps / 1e9:.3g}) {what}"

@@ -673,16 +673,24 @@ class SweepRun:
 
     def _twins(self, a: float, b: float) -> float | None:
         """:meth:`_tie_at`, computed."""
-        below, above = self._taps_plan(a), self._taps_plan(b)
-        if not (isinstance(below, Plan) and isinstance(above, Plan)):
-            return None
-        for plan, found_at, at, there in ((above, b, a, below), (below, a, b, above)):
-            moved = self._reprice(plan, at, found_at)
-            if moved is not None and math.isclose(
-                moved.total_time_s, there.total_time_s, rel_tol=TIE_REL, abs_tol=0.0
-            ):
+        for at, moved_s, there_s in self._crossed(a, b):
+            if moved_s is not None and math.isclose(moved_s, there_s, rel_tol=TIE_REL,
+                                                    abs_tol=0.0):
                 return at
         return None
+
+    def _crossed(self, a: float, b: float) -> tuple[tuple[float, float | None, float], ...]:
+        """At each end of an interval (``a`` first): the bandwidth, the step of the plan
+        found at the other end re-costed there (None if it cannot be) and the step of the
+        plan found there, in seconds; empty unless both ends have a plan."""
+        below, above = self._taps_plan(a), self._taps_plan(b)
+        if not (isinstance(below, Plan) and isinstance(above, Plan)):
+            return ()
+        out = []
+        for plan, found_at, at, there in ((above, b, a, below), (below, a, b, above)):
+            moved = self._reprice(plan, at, found_at)
+            out.append((at, None if moved is None else moved.total_time_s, there.total_time_s))
+        return tuple(out)
 
     def _near_tie(self, a: float, b: float) -> float | None:
         """The largest relative step difference between TAPS's plans at ``a`` and ``b`` when
@@ -690,17 +698,13 @@ class SweepRun:
         within :data:`NEAR_TIE_REL` of the plan found there; else None. Where the switch
         between such plans lies changes the step by less than that at either end (and, step
         times being close to affine in 1/bandwidth, in between), so no search locates it."""
-        below, above = self._taps_plan(a), self._taps_plan(b)
-        if not (isinstance(below, Plan) and isinstance(above, Plan)):
+        crossed = self._crossed(a, b)
+        if not crossed or any(moved_s is None for _, moved_s, _ in crossed):
             return None
+        below, above = self._taps_plan(a), self._taps_plan(b)
         if shape_change_words(plan_shape(below), plan_shape(above)):
             return None
-        worst = 0.0
-        for plan, found_at, at, there in ((above, b, a, below), (below, a, b, above)):
-            moved = self._reprice(plan, at, found_at)
-            if moved is None:
-                return None
-            worst = max(worst, abs(moved.total_time_s - there.total_time_s) / there.total_time_s)
+        worst = max(abs(moved_s - there_s) / there_s for _, moved_s, there_s in crossed)
         return worst if worst <= NEAR_TIE_REL else None
 
     def _record(self, a: float, b: float, *, located: bool) -> None:
