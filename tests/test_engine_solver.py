@@ -247,24 +247,34 @@ def test_search_budgets_count_this_threads_cpu_not_the_wall():
     assert cpu_seconds() - before < 0.1
 
 
-@pytest.mark.parametrize("shape", [(130, 140, 120), (3, 900, 800)])
-def test_rows_over_the_cores_equal_the_serial_product(shape) -> None:
+@pytest.mark.parametrize(
+    ("shape", "sparse"),
+    [((130, 140, 120), False), ((3, 900, 800), False), ((1100, 100, 100), True)],
+)
+def test_rows_over_the_cores_equal_the_serial_product(shape, sparse) -> None:
     """Large products split their rows over the cores: the same values and the same argmins
-    (the first j reaching each minimum), infinite entries included."""
+    (the first j reaching each minimum), infinite entries included, with ``mid + b`` dense or
+    mostly infinite (only its finite entries visited)."""
     from taps_core.solver import minplus
 
     n_i, n_j, n_k = shape
-    assert n_i * n_j * n_k >= minplus.PARALLEL_TERMS
     rng = np.random.default_rng(3)
     a = rng.integers(0, 5, (n_i, n_j)).astype(float)  # small integers: many ties
     a[rng.random((n_i, n_j)) < 0.3] = np.inf
     b = rng.integers(0, 5, (n_j, n_k)).astype(float)
+    if sparse:
+        b[rng.random((n_j, n_k)) < 0.8] = np.inf
     mid = rng.integers(0, 3, n_j).astype(float)
     right = np.ascontiguousarray(mid[:, None] + b)
-    serial = (np.empty((n_i, n_k)), np.empty((n_i, n_k), dtype=np.int64))
-    minplus._dense(np.ascontiguousarray(a), right, *serial)
+    ptr, cols, dense = minplus._finite_entries(right)
+    assert dense is not sparse
+    assert n_i * (ptr[-1] if sparse else n_j * n_k) >= minplus.PARALLEL_TERMS
+    serial = (np.empty((n_i, n_k)), np.zeros((n_i, n_k), dtype=np.int32))
+    minplus._rows(np.ascontiguousarray(a), right, ptr, cols, dense, *serial)
     out, arg = min_plus(a, mid, b)
     assert np.array_equal(out, serial[0]) and np.array_equal(arg, serial[1])
     terms = a[:, :, None] + right[None, :, :]
-    assert np.array_equal(out, terms.min(axis=1)) and np.array_equal(arg, terms.argmin(axis=1))
+    assert np.array_equal(out, terms.min(axis=1))
+    reached = np.isfinite(out)  # where no term is finite the argmin is 0, numpy's too
+    assert np.array_equal(arg[reached], terms.argmin(axis=1)[reached])
     assert np.array_equal(min_plus_values(a, mid, b), out)

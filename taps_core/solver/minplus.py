@@ -1,13 +1,13 @@
 """The min-plus matrix product every solver here uses: ``out[i, k] = min_j a[i, j] + mid[j] +
 b[j, k]``, with its argmin (:func:`min_plus`) or without (:func:`min_plus_values`).
 
-Selection matrices (one finite entry per row or column, e.g. a layout conversion that is free
-for one target only) take O(n^2) shortcuts in numpy; the dense case runs in a compiled loop
-(numba), which keeps no ``[i, j, k]`` temporaries and skips infinite entries of ``a``: 3-9x
-the chunked numpy product it replaced on the layer sizes of the presets (measured), and the
-same values and argmins (``a[i, j] + (mid[j] + b[j, k])``, the first ``j`` reaching the
-minimum, as numpy's argmin picks). Products of :data:`PARALLEL_TERMS` terms or more spread their
-rows over the cores (rows are independent: the same values and argmins).
+One compiled call (numba) per product, keeping no ``[i, j, k]`` temporaries and skipping
+infinite entries of ``a``. Where ``mid + b`` is mostly infinite (a selection: a layout
+conversion free for one target only), only its finite entries are visited; otherwise four
+rows ``j`` go through a vectorised pass over ``k``. Values are ``a[i, j] + (mid[j] + b[j, k])``
+and the argmin is the first ``j`` reaching the minimum, as numpy's argmin picks. Products of
+:data:`PARALLEL_TERMS` terms or more spread their rows over the cores (rows are independent:
+the same values and argmins).
 """
 
 from __future__ import annotations
@@ -36,80 +36,111 @@ def min_plus_values(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> np.ndarray
 def _product(
     a: np.ndarray, mid: np.ndarray, b: np.ndarray, *, with_arg: bool
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Both products: the shortcuts first, then the compiled dense loop."""
+    """Both products in one compiled call: ``right = mid + b`` is indexed by its finite
+    entries, so a selection (one finite entry per line, e.g. a layout conversion free for one
+    target only) costs what its finite terms cost, and a dense product runs the vectorised
+    row loop. One call instead of the numpy shortcuts' tests keeps small products (most of a
+    small graph's elimination) cheap."""
     n_i, n_j = a.shape
     n_k = b.shape[1]
+    arg = np.zeros((n_i, n_k) if with_arg else (0, 0), dtype=np.int32)
     if n_j == 0:
-        return np.full((n_i, n_k), np.inf), np.zeros((n_i, n_k), dtype=np.int32)
-    fin_a, fin_b = np.isfinite(a), np.isfinite(b)
-    if _one_each(fin_a, 1):  # each i picks one j
-        j = fin_a.argmax(axis=1)
-        out = (a[np.arange(n_i), j] + mid[j])[:, None] + b[j]
-        return out, np.repeat(j[:, None].astype(np.int32), n_k, axis=1) if with_arg else None
-    if _one_each(fin_b, 0):  # each k is reached from one j
-        j = fin_b.argmax(axis=0)
-        out = a[:, j] + (mid[j] + b[j, np.arange(n_k)])[None, :]
-        return out, np.repeat(j[None, :].astype(np.int32), n_i, axis=0) if with_arg else None
-    if _one_each(fin_b, 1):  # each j maps to one k
-        return _selecting(a, mid, b, with_arg)
-    if _one_each(fin_a, 0):  # each j comes from one i
-        out, arg = _selecting(b.T, mid, a.T, with_arg)
-        return out.T, None if arg is None else arg.T
+        return np.full((n_i, n_k), np.inf), arg if with_arg else None
     a = np.ascontiguousarray(a, dtype=np.float64)
     right = np.ascontiguousarray(mid[:, None] + b, dtype=np.float64)  # [j, k]
+    ptr, cols, dense = _finite_entries(right)
     out = np.empty((n_i, n_k))
-    arg = np.empty((n_i, n_k) if with_arg else (0, 0), dtype=np.int64)
-    if n_i > 1 and n_i * n_j * n_k >= PARALLEL_TERMS:
-        _dense_rows(a, right, out, arg)
+    if n_i > 1 and n_i * (n_j * n_k if dense else ptr[-1]) >= PARALLEL_TERMS:
+        _rows_parallel(a, right, ptr, cols, dense, out, arg)
     else:
-        _dense(a, right, out, arg)
-    return out, arg.astype(np.int32) if with_arg else None
-
-
-def _one_each(finite: np.ndarray, axis: int) -> bool:
-    """Every row (``axis`` 1) or column (``axis`` 0) of ``finite`` holds exactly one True; the
-    first line is looked at before the whole (most products are dense: one cheap test)."""
-    if finite.shape[1 - axis] == 0:
-        return True  # no line: vacuously one each
-    first = finite[0] if axis == 1 else finite[:, 0]
-    return bool(np.count_nonzero(first) == 1 and (finite.sum(axis=axis) == 1).all())
+        _rows(a, right, ptr, cols, dense, out, arg)
+    return out, arg if with_arg else None
 
 
 PARALLEL_TERMS = 2_000_000  # products this large split their rows over the cores (measured: 1.6x
 # on two cores at 400 x 400 x 400; below ~100^3 starting the threads costs more than it saves)
 
 
+SPARSE_SHARE = 4  # below 1 / SPARSE_SHARE finite entries, only those are visited
+
+
 @numba.njit(cache=True)
-def _dense(a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.ndarray) -> None:
-    """``out[i, k] = min_j a[i, j] + right[j, k]`` and, where ``arg`` (int64) has room, the
+def _finite_entries(right: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The finite entries of ``right`` row by row (CSR: row ``j``'s columns are
+    ``cols[ptr[j]:ptr[j + 1]]``, increasing) and whether the dense loop should run instead (at
+    least a quarter of the entries finite: its vectorised pass is ~4x a branching indexed one,
+    and an infinite entry never wins a strict ``<``; ``cols`` is then left empty)."""
+    n_j, n_k = right.shape
+    ptr = np.zeros(n_j + 1, dtype=np.int64)
+    for j in range(n_j):
+        count = 0
+        for k in range(n_k):
+            if right[j, k] != np.inf:
+                count += 1
+        ptr[j + 1] = ptr[j] + count
+    dense = ptr[n_j] * SPARSE_SHARE >= n_j * n_k
+    cols = np.empty(0 if dense else ptr[n_j], dtype=np.int64)
+    if not dense:
+        q = 0
+        for j in range(n_j):
+            for k in range(n_k):
+                if right[j, k] != np.inf:
+                    cols[q] = k
+                    q += 1
+    return ptr, cols, dense
+
+
+@numba.njit(cache=True)
+def _rows(
+    a: np.ndarray, right: np.ndarray, ptr: np.ndarray, cols: np.ndarray, dense: bool,
+    out: np.ndarray, arg: np.ndarray,
+) -> None:
+    """``out[i, k] = min_j a[i, j] + right[j, k]`` and, where ``arg`` (int32) has room, the
     first ``j`` reaching it (0 where every term is infinite); row by row."""
     for i in range(a.shape[0]):
-        _dense_row(a, right, out, arg, i)
+        _row(a, right, ptr, cols, dense, out, arg, i)
 
 
 @numba.njit(cache=True, parallel=True)
-def _dense_rows(a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.ndarray) -> None:
-    """:func:`_dense` with its rows spread over the cores (each row is independent, so the
+def _rows_parallel(
+    a: np.ndarray, right: np.ndarray, ptr: np.ndarray, cols: np.ndarray, dense: bool,
+    out: np.ndarray, arg: np.ndarray,
+) -> None:
+    """:func:`_rows` with its rows spread over the cores (each row is independent, so the
     values and argmins are the same)."""
     for i in numba.prange(a.shape[0]):
-        _dense_row(a, right, out, arg, i)
+        _row(a, right, ptr, cols, dense, out, arg, i)
 
 
 @numba.njit(cache=True)
-def _dense_row(a: np.ndarray, right: np.ndarray, out: np.ndarray, arg: np.ndarray, i: int) -> None:
-    """Row ``i`` of :func:`_dense`: over the finite ``a[i, j]`` only, four rows ``j`` of
-    ``right`` per pass over ``k``, branch-free, so the compiler vectorises the pass and the
-    row of ``out`` is read and written once per four ``j`` (measured 4-7x the one-``j``
-    branching loop at 150-600 terms a side). The ``j`` of one pass are taken in increasing
-    order with a strict ``<``: the argmin stays the first ``j`` reaching the minimum."""
+def _row(
+    a: np.ndarray, right: np.ndarray, ptr: np.ndarray, cols: np.ndarray, dense: bool,
+    out: np.ndarray, arg: np.ndarray, i: int,
+) -> None:
+    """Row ``i`` of :func:`_rows`, over the finite ``a[i, j]`` only, in increasing ``j`` with
+    a strict ``<`` (the argmin is the first ``j`` reaching the minimum, as numpy's argmin)."""
     row = a[i]
-    finite = np.flatnonzero(row != np.inf)
     o = out[i]
     o[:] = np.inf
-    if arg.shape[0] > 0:
-        _row_with_arg(row, right, finite, o, arg[i])
-    else:
-        _row_values(row, right, finite, o)
+    with_arg = arg.shape[0] > 0
+    if dense:
+        finite = np.flatnonzero(row != np.inf)
+        if with_arg:
+            _row_with_arg(row, right, finite, o, arg[i])
+        else:
+            _row_values(row, right, finite, o)
+        return
+    for j in range(row.shape[0]):
+        x = row[j]
+        if x == np.inf:
+            continue
+        for q in range(ptr[j], ptr[j + 1]):
+            k = cols[q]
+            v = x + right[j, k]
+            if v < o[k]:
+                o[k] = v
+                if with_arg:
+                    arg[i, k] = j
 
 
 @numba.njit(cache=True)
@@ -117,7 +148,10 @@ def _row_with_arg(
     row: np.ndarray, right: np.ndarray, finite: np.ndarray, o: np.ndarray, g: np.ndarray
 ) -> None:
     """``o[k] = min_j row[j] + right[j, k]`` over ``j`` in ``finite`` (increasing), ``g[k]``
-    the first ``j`` reaching it (0 when none does)."""
+    the first ``j`` reaching it (0 when none does): four rows ``j`` of ``right`` per pass over
+    ``k``, branch-free, so the compiler vectorises the pass and ``o`` is read and written once
+    per four ``j`` (measured 4-7x the one-``j`` branching loop at 150-600 terms a side)."""
+
     g[:] = 0
     n_k = right.shape[1]
     q, m = 0, finite.shape[0]
@@ -168,32 +202,6 @@ def _row_values(row: np.ndarray, right: np.ndarray, finite: np.ndarray, o: np.nd
         for k in range(n_k):
             o[k] = min(o[k], x0 + r0[k])
         q += 1
-
-
-def _selecting(
-    a: np.ndarray, mid: np.ndarray, b: np.ndarray, with_arg: bool
-) -> tuple[np.ndarray, np.ndarray | None]:
-    """The product when each row j of ``b`` has exactly one finite entry (j selects one k):
-    each k is a minimum over the j selecting it."""
-    col = np.isfinite(b).argmax(axis=1)
-    base = a + (mid + b[np.arange(len(col)), col])[None, :]  # [i, j]
-    order = np.argsort(col, kind="stable")
-    cols = col[order]
-    starts = np.flatnonzero(np.r_[True, cols[1:] != cols[:-1]])
-    out = np.full((a.shape[0], b.shape[1]), np.inf)
-    if not with_arg:
-        out[:, cols[starts]] = np.minimum.reduceat(base[:, order], starts, axis=1)
-        return out, None
-    vals = base[:, order]  # [i, j] grouped by the k each j selects
-    mins = np.minimum.reduceat(vals, starts, axis=1)
-    out[:, cols[starts]] = mins
-    # the first j of each group reaching its minimum (argmin's choice), for all rows at once
-    sizes = np.diff(np.r_[starts, len(order)])
-    hit = vals == np.repeat(mins, sizes, axis=1)
-    first = np.minimum.reduceat(np.where(hit, np.arange(len(order)), len(order)), starts, axis=1)
-    arg = np.zeros((a.shape[0], b.shape[1]), dtype=np.int32)
-    arg[:, cols[starts]] = order[first]
-    return out, arg
 
 
 def repeated_squaring(base: T, k: int, join: Callable[[T, int, T, int], T]) -> T:
