@@ -142,7 +142,7 @@ def test_a_change_of_layer_split_alone_is_named_as_such():
 
     from taps_core.models import build_graph, load_model_config
     from taps_core.search.planner import search
-    from taps_core.studies.explain import change_words
+    from taps_core.studies.explain import change_words, edit_words
 
     graph = build_graph(replace(load_model_config("gpt2"), batch_size=8))
     staged = search(graph, preset("dgx-a100:2"), pipeline=True)
@@ -155,6 +155,10 @@ def test_a_change_of_layer_split_alone_is_named_as_such():
     split = "/".join(map(str, staged.pipeline.layer_split))
     assert f"layers per stage {split} become {cut + 1}/{11 - cut}" in words, words
     assert "0 op(s)" not in words
+    edited = edit_words(moved, staged)  # the same after a cluster edit: not "keeps the plan"
+    assert "keeps the plan" not in edited, edited
+    assert f"layers per stage {split} become {cut + 1}/{11 - cut}" in edited, edited
+    assert "keeps the plan" in edit_words(staged, staged)
 
 
 def test_edit_words_lead_with_dropped_pipeline_stages():

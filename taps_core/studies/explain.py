@@ -545,12 +545,25 @@ def _same_choices_words(new: Plan, old: Plan) -> str:
     return "every op keeps its choice; the ops are placed differently."
 
 
+def plan_key(plan: Plan) -> tuple[str, ...]:
+    """What tells two plans apart: every op's choice with its pipeline stage, the layer split
+    and the micro-batch count (two plans with equal keys are the same plan)."""
+    ops = tuple(
+        op_choice_label(op) if op.stage is None else f"S{op.stage} {op_choice_label(op)}"
+        for op in plan.ops
+    )
+    pi = plan.pipeline
+    split = "/".join(map(str, pi.layer_split)) if pi is not None else "no stages"
+    return (*ops, f"layers {split}",
+            f"microbatches {pi.microbatches if pi is not None else plan.microbatches}")
+
+
 def edit_words(plan: Plan, unedited: Plan, *, unedited_here: Plan | None = None) -> str:
     """How and why ``plan`` differs from the plan of the cluster before the user's edits.
 
     ``unedited_here`` is the unedited cluster's plan costed on the edited cluster.
     """
-    if all(op_choice_label(a) == op_choice_label(b) for a, b in zip(plan.ops, unedited.ops)):
+    if plan_key(plan) == plan_key(unedited):
         return (
             f"TAPS keeps the plan of the unedited {unedited.topology_name}: step "
             f"{fmt_seconds(plan.total_time_s)} here against {fmt_seconds(unedited.total_time_s)} "

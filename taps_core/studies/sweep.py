@@ -47,7 +47,7 @@ from taps_core.ir.graph import OpGraph
 from taps_core.plan.records import NotFitting, Plan
 from taps_core.plan.report import describe
 from taps_core.search.baselines import BASELINES, share_candidates
-from taps_core.studies.explain import change_words, op_choice_label, replicated_share
+from taps_core.studies.explain import change_words, op_choice_label, plan_key, replicated_share
 from taps_core.studies.shape import Shape, plan_shape, shape_change_words
 from taps_core.studies.sweep_jobs import EVERY_PLANNER, TAPS_ONLY, Jobs
 from taps_core.units import fmt_seconds
@@ -297,17 +297,6 @@ class Sweep:
 
 
 # ---- the run -----------------------------------------------------------------------------------
-
-
-def plan_key(plan: Plan) -> tuple[str, ...]:
-    """What tells two plans apart: every op's choice with its pipeline stage, and the
-    micro-batch count (two plans with equal keys are the same plan)."""
-    ops = tuple(
-        op_choice_label(op) if op.stage is None else f"S{op.stage} {op_choice_label(op)}"
-        for op in plan.ops
-    )
-    pi = plan.pipeline
-    return (*ops, f"microbatches {pi.microbatches if pi is not None else plan.microbatches}")
 
 
 def _priced(label: str, bw: float, plan: Plan | NotFitting, searched: bool) -> Priced:
