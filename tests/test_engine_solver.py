@@ -249,7 +249,7 @@ def test_search_budgets_count_this_threads_cpu_not_the_wall():
 
 @pytest.mark.parametrize(
     ("shape", "sparse"),
-    [((130, 140, 120), False), ((3, 900, 800), False), ((1100, 100, 100), True)],
+    [((200, 140, 120), False), ((5, 900, 800), False), ((1600, 100, 100), True)],
 )
 def test_rows_over_the_cores_equal_the_serial_product(shape, sparse) -> None:
     """Large products split their rows over the cores: the same values and the same argmins
@@ -266,11 +266,12 @@ def test_rows_over_the_cores_equal_the_serial_product(shape, sparse) -> None:
         b[rng.random((n_j, n_k)) < 0.8] = np.inf
     mid = rng.integers(0, 3, n_j).astype(float)
     right = np.ascontiguousarray(mid[:, None] + b)
-    ptr, cols, dense = minplus._finite_entries(right)
-    assert dense is not sparse
-    assert n_i * (ptr[-1] if sparse else n_j * n_k) >= minplus.PARALLEL_TERMS
+    left = minplus._finite_entries(np.ascontiguousarray(a), 1, False)
+    rows = minplus._finite_entries(right, minplus.SPARSE_SHARE, False)
+    assert rows[2] is not sparse and not left[2]  # a: 30% infinite, visited by its index
+    assert minplus._terms(left, rows, n_k) >= minplus.PARALLEL_TERMS
     serial = (np.empty((n_i, n_k)), np.zeros((n_i, n_k), dtype=np.int32))
-    minplus._rows(np.ascontiguousarray(a), right, ptr, cols, dense, *serial)
+    minplus._rows(np.ascontiguousarray(a), right, left, rows, *serial)
     out, arg = min_plus(a, mid, b)
     assert np.array_equal(out, serial[0]) and np.array_equal(arg, serial[1])
     terms = a[:, :, None] + right[None, :, :]

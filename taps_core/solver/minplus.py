@@ -36,24 +36,29 @@ def min_plus_values(a: np.ndarray, mid: np.ndarray, b: np.ndarray) -> np.ndarray
 def _product(
     a: np.ndarray, mid: np.ndarray, b: np.ndarray, *, with_arg: bool
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Both products in one compiled call: ``right = mid + b`` is indexed by its finite
-    entries, so a selection (one finite entry per line, e.g. a layout conversion free for one
-    target only) costs what its finite terms cost, and a dense product runs the vectorised
-    row loop. One call instead of the numpy shortcuts' tests keeps small products (most of a
-    small graph's elimination) cheap."""
+    """Both products in one compiled call, visiting only the finite entries of ``a`` and, where
+    ``right = mid + b`` is mostly infinite, of ``right``: a selection (one finite entry per
+    line, e.g. a layout conversion free for one target only) costs what its finite terms cost,
+    and a dense product runs the vectorised row loop. One call instead of numpy shortcuts
+    and their structure tests keeps small products (most of a small graph's elimination)
+    cheap; the threads start only for products whose finite terms are many."""
     n_i, n_j = a.shape
     n_k = b.shape[1]
     arg = np.zeros((n_i, n_k) if with_arg else (0, 0), dtype=np.int32)
     if n_j == 0:
         return np.full((n_i, n_k), np.inf), arg if with_arg else None
-    a = np.ascontiguousarray(a, dtype=np.float64)
+    # a is read entry by entry, so a transposed view is not copied (its index is built in
+    # memory order); right's rows are read whole
+    a = a if a.dtype == np.float64 else a.astype(np.float64)
     right = np.ascontiguousarray(mid[:, None] + b, dtype=np.float64)  # [j, k]
-    ptr, cols, dense = _finite_entries(right)
+    by_columns = a.flags.f_contiguous and not a.flags.c_contiguous
+    left = _finite_entries(a, 1, by_columns)  # dense only when every entry is finite
+    rows = _finite_entries(right, SPARSE_SHARE, False)
     out = np.empty((n_i, n_k))
-    if n_i > 1 and n_i * (n_j * n_k if dense else ptr[-1]) >= PARALLEL_TERMS:
-        _rows_parallel(a, right, ptr, cols, dense, out, arg)
+    if n_i > 1 and _terms(left, rows, n_k) >= PARALLEL_TERMS:
+        _rows_parallel(a, right, left, rows, out, arg)
     else:
-        _rows(a, right, ptr, cols, dense, out, arg)
+        _rows(a, right, left, rows, out, arg)
     return out, arg if with_arg else None
 
 
@@ -61,81 +66,117 @@ PARALLEL_TERMS = 2_000_000  # products this large split their rows over the core
 # on two cores at 400 x 400 x 400; below ~100^3 starting the threads costs more than it saves)
 
 
-SPARSE_SHARE = 4  # below 1 / SPARSE_SHARE finite entries, only those are visited
+SPARSE_SHARE = 4  # below 1 / SPARSE_SHARE finite entries of mid + b, only those are visited
 
 
 @numba.njit(cache=True)
-def _finite_entries(right: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
-    """The finite entries of ``right`` row by row (CSR: row ``j``'s columns are
-    ``cols[ptr[j]:ptr[j + 1]]``, increasing) and whether the dense loop should run instead (at
-    least a quarter of the entries finite: its vectorised pass is ~4x a branching indexed one,
-    and an infinite entry never wins a strict ``<``; ``cols`` is then left empty)."""
-    n_j, n_k = right.shape
-    ptr = np.zeros(n_j + 1, dtype=np.int64)
-    for j in range(n_j):
-        count = 0
+def _finite_entries(
+    x: np.ndarray, share: int, by_columns: bool
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The finite entries of ``x`` row by row (CSR: row ``j``'s columns are
+    ``cols[ptr[j]:ptr[j + 1]]``, increasing) and whether the dense loop should run instead:
+    at least ``1 / share`` of the entries finite (the vectorised pass is ~4x a branching
+    indexed one, and an infinite entry never wins a strict ``<``); ``cols`` is then
+    ``0..columns - 1``, every row's. ``by_columns``: ``x`` is read column by column (its
+    memory order when it is a transposed view); the index is the same."""
+    n_j, n_k = x.shape
+    count = np.zeros(n_j, dtype=np.int64)
+    if by_columns:
         for k in range(n_k):
-            if right[j, k] != np.inf:
-                count += 1
-        ptr[j + 1] = ptr[j] + count
-    dense = ptr[n_j] * SPARSE_SHARE >= n_j * n_k
-    cols = np.empty(0 if dense else ptr[n_j], dtype=np.int64)
-    if not dense:
-        q = 0
+            for j in range(n_j):
+                if x[j, k] != np.inf:
+                    count[j] += 1
+    else:
         for j in range(n_j):
             for k in range(n_k):
-                if right[j, k] != np.inf:
-                    cols[q] = k
-                    q += 1
-    return ptr, cols, dense
+                if x[j, k] != np.inf:
+                    count[j] += 1
+    ptr = np.zeros(n_j + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(count)
+    if ptr[n_j] * share >= n_j * n_k:
+        return ptr, np.arange(n_k), True
+    cols = np.empty(ptr[n_j], dtype=np.int64)
+    at = ptr[:-1].copy()  # where row j's next column goes
+    if by_columns:
+        for k in range(n_k):
+            for j in range(n_j):
+                if x[j, k] != np.inf:
+                    cols[at[j]] = k
+                    at[j] += 1
+    else:
+        for j in range(n_j):
+            for k in range(n_k):
+                if x[j, k] != np.inf:
+                    cols[at[j]] = k
+                    at[j] += 1
+    return ptr, cols, False
+
+
+Index = tuple[np.ndarray, np.ndarray, bool]  # (ptr, cols, dense) of :func:`_finite_entries`
+
+
+@numba.njit(cache=True)
+def _terms(left: Index, rows: Index, n_k: int) -> int:
+    """Terms the product visits: each finite ``a[i, j]`` times row ``j``'s entries."""
+    l_ptr, l_cols, l_dense = left
+    r_ptr, _, r_dense = rows
+    if r_dense:
+        return (l_ptr.shape[0] - 1) * l_cols.shape[0] * n_k if l_dense else l_ptr[-1] * n_k
+    if l_dense:
+        return (l_ptr.shape[0] - 1) * r_ptr[-1]
+    total = 0
+    for q in range(l_ptr[-1]):
+        j = l_cols[q]
+        total += r_ptr[j + 1] - r_ptr[j]
+    return total
 
 
 @numba.njit(cache=True)
 def _rows(
-    a: np.ndarray, right: np.ndarray, ptr: np.ndarray, cols: np.ndarray, dense: bool,
-    out: np.ndarray, arg: np.ndarray,
+    a: np.ndarray, right: np.ndarray, left: Index, rows: Index, out: np.ndarray,
+    arg: np.ndarray,
 ) -> None:
     """``out[i, k] = min_j a[i, j] + right[j, k]`` and, where ``arg`` (int32) has room, the
     first ``j`` reaching it (0 where every term is infinite); row by row."""
     for i in range(a.shape[0]):
-        _row(a, right, ptr, cols, dense, out, arg, i)
+        _row(a, right, left, rows, out, arg, i)
 
 
 @numba.njit(cache=True, parallel=True)
 def _rows_parallel(
-    a: np.ndarray, right: np.ndarray, ptr: np.ndarray, cols: np.ndarray, dense: bool,
-    out: np.ndarray, arg: np.ndarray,
+    a: np.ndarray, right: np.ndarray, left: Index, rows: Index, out: np.ndarray,
+    arg: np.ndarray,
 ) -> None:
     """:func:`_rows` with its rows spread over the cores (each row is independent, so the
     values and argmins are the same)."""
     for i in numba.prange(a.shape[0]):
-        _row(a, right, ptr, cols, dense, out, arg, i)
+        _row(a, right, left, rows, out, arg, i)
 
 
 @numba.njit(cache=True)
 def _row(
-    a: np.ndarray, right: np.ndarray, ptr: np.ndarray, cols: np.ndarray, dense: bool,
-    out: np.ndarray, arg: np.ndarray, i: int,
+    a: np.ndarray, right: np.ndarray, left: Index, rows: Index, out: np.ndarray,
+    arg: np.ndarray, i: int,
 ) -> None:
     """Row ``i`` of :func:`_rows`, over the finite ``a[i, j]`` only, in increasing ``j`` with
     a strict ``<`` (the argmin is the first ``j`` reaching the minimum, as numpy's argmin)."""
+    l_ptr, l_cols, l_dense = left
+    r_ptr, r_cols, r_dense = rows
     row = a[i]
+    finite = l_cols if l_dense else l_cols[l_ptr[i]:l_ptr[i + 1]]
     o = out[i]
     o[:] = np.inf
     with_arg = arg.shape[0] > 0
-    if dense:
-        finite = np.flatnonzero(row != np.inf)
+    if r_dense:
         if with_arg:
             _row_with_arg(row, right, finite, o, arg[i])
         else:
             _row_values(row, right, finite, o)
         return
-    for j in range(row.shape[0]):
+    for j in finite:
         x = row[j]
-        if x == np.inf:
-            continue
-        for q in range(ptr[j], ptr[j + 1]):
-            k = cols[q]
+        for q in range(r_ptr[j], r_ptr[j + 1]):
+            k = r_cols[q]
             v = x + right[j, k]
             if v < o[k]:
                 o[k] = v
