@@ -192,7 +192,8 @@ def test_bad_problems_name_the_field(bad, field):
 
 
 @pytest.mark.parametrize("case", ["dense", "rows select", "columns select", "each i one j",
-                                  "each k one j", "chunked"])
+                                  "each k one j", "chunked", "transposed view",
+                                  "transposed view, each i one j"])
 def test_min_plus_values_equal_min_plus_and_the_argmin_is_attained(case):
     """The one min-plus product (taps_core.solver.minplus): values with and without argmin
     are identical on every path, and the argmin attains the value."""
@@ -208,6 +209,11 @@ def test_min_plus_values_equal_min_plus_and_the_argmin_is_attained(case):
         a = np.where(np.arange(n_j)[None, :] == rng.integers(0, n_j, n_i)[:, None], a, np.inf)
     elif case == "each k one j":
         b = np.where(np.arange(n_j)[:, None] == rng.integers(0, n_j, n_k)[None, :], b, np.inf)
+    elif case.startswith("transposed view"):  # as an elimination passes a matrix's .T
+        if case.endswith("one j"):
+            a = np.where(np.arange(n_j)[None, :] == rng.integers(0, n_j, n_i)[:, None], a, np.inf)
+        a = np.ascontiguousarray(a.T).T
+        assert a.flags.f_contiguous and not a.flags.c_contiguous
     out, arg = min_plus(a, mid, b)
     dense = (a[:, :, None] + mid[None, :, None] + b[None, :, :]).min(axis=1)
     assert np.array_equal(out, min_plus_values(a, mid, b))
@@ -215,6 +221,8 @@ def test_min_plus_values_equal_min_plus_and_the_argmin_is_attained(case):
     picked = a[np.arange(n_i)[:, None], arg] + mid[arg] + b[arg, np.arange(n_k)[None, :]]
     finite = np.isfinite(out)
     assert np.allclose(picked[finite], out[finite])
+    terms = a[:, :, None] + (mid[:, None] + b)[None, :, :]  # no ties among random floats
+    assert np.array_equal(arg[finite], terms.argmin(axis=1)[finite])
 
 
 @pytest.mark.parametrize("case", ["rows select", "dense"])
@@ -271,7 +279,7 @@ def test_rows_over_the_cores_equal_the_serial_product(shape, sparse) -> None:
     assert rows[2] is not sparse and not left[2]  # a: 30% infinite, visited by its index
     assert minplus._terms(left, rows, n_k) >= minplus.PARALLEL_TERMS
     serial = (np.empty((n_i, n_k)), np.zeros((n_i, n_k), dtype=np.int32))
-    minplus._rows(np.ascontiguousarray(a), right, left, rows, *serial)
+    minplus._rows(np.ascontiguousarray(a), False, right, left, rows, *serial)
     out, arg = min_plus(a, mid, b)
     assert np.array_equal(out, serial[0]) and np.array_equal(arg, serial[1])
     terms = a[:, :, None] + right[None, :, :]

@@ -47,18 +47,18 @@ def _product(
     arg = np.zeros((n_i, n_k) if with_arg else (0, 0), dtype=np.int32)
     if n_j == 0:
         return np.full((n_i, n_k), np.inf), arg if with_arg else None
-    # a is read entry by entry, so a transposed view is not copied (its index is built in
-    # memory order); right's rows are read whole
-    a = a if a.dtype == np.float64 else a.astype(np.float64)
+    # a transposed view of a (as an elimination passes) is read through its transpose, not
+    # copied; the kernels see C-ordered arrays only (one compiled version of each)
+    flipped = a.flags.f_contiguous and not a.flags.c_contiguous
+    stored = np.ascontiguousarray(a.T if flipped else a, dtype=np.float64)
     right = np.ascontiguousarray(mid[:, None] + b, dtype=np.float64)  # [j, k]
-    by_columns = a.flags.f_contiguous and not a.flags.c_contiguous
-    left = _finite_entries(a, 1, by_columns)  # dense only when every entry is finite
+    left = _finite_entries(stored, 1, flipped)  # dense only when every entry is finite
     rows = _finite_entries(right, SPARSE_SHARE, False)
     out = np.empty((n_i, n_k))
     if n_i > 1 and _terms(left, rows, n_k) >= PARALLEL_TERMS:
-        _rows_parallel(a, right, left, rows, out, arg)
+        _rows_parallel(stored, flipped, right, left, rows, out, arg)
     else:
-        _rows(a, right, left, rows, out, arg)
+        _rows(stored, flipped, right, left, rows, out, arg)
     return out, arg if with_arg else None
 
 
@@ -71,44 +71,31 @@ SPARSE_SHARE = 4  # below 1 / SPARSE_SHARE finite entries of mid + b, only those
 
 @numba.njit(cache=True)
 def _finite_entries(
-    x: np.ndarray, share: int, by_columns: bool
+    x: np.ndarray, share: int, transposed: bool
 ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """The finite entries of ``x`` row by row (CSR: row ``j``'s columns are
-    ``cols[ptr[j]:ptr[j + 1]]``, increasing) and whether the dense loop should run instead:
-    at least ``1 / share`` of the entries finite (the vectorised pass is ~4x a branching
-    indexed one, and an infinite entry never wins a strict ``<``); ``cols`` is then
-    ``0..columns - 1``, every row's. ``by_columns``: ``x`` is read column by column (its
-    memory order when it is a transposed view); the index is the same."""
-    n_j, n_k = x.shape
-    count = np.zeros(n_j, dtype=np.int64)
-    if by_columns:
-        for k in range(n_k):
-            for j in range(n_j):
-                if x[j, k] != np.inf:
-                    count[j] += 1
-    else:
-        for j in range(n_j):
-            for k in range(n_k):
-                if x[j, k] != np.inf:
-                    count[j] += 1
-    ptr = np.zeros(n_j + 1, dtype=np.int64)
+    """The finite entries of ``x`` (of ``x.T`` when ``transposed``: read in ``x``'s memory
+    order) row by row (CSR: row ``j``'s columns are ``cols[ptr[j]:ptr[j + 1]]``, increasing)
+    and whether the dense loop should run instead: at least ``1 / share`` of the entries
+    finite (the vectorised pass is ~4x a branching indexed one, and an infinite entry never
+    wins a strict ``<``); ``cols`` is then ``0..columns - 1``, every row's."""
+    n_rows, n_cols = (x.shape[1], x.shape[0]) if transposed else (x.shape[0], x.shape[1])
+    count = np.zeros(n_rows, dtype=np.int64)
+    for p in range(x.shape[0]):
+        for q in range(x.shape[1]):
+            if x[p, q] != np.inf:
+                count[q if transposed else p] += 1
+    ptr = np.zeros(n_rows + 1, dtype=np.int64)
     ptr[1:] = np.cumsum(count)
-    if ptr[n_j] * share >= n_j * n_k:
-        return ptr, np.arange(n_k), True
-    cols = np.empty(ptr[n_j], dtype=np.int64)
-    at = ptr[:-1].copy()  # where row j's next column goes
-    if by_columns:
-        for k in range(n_k):
-            for j in range(n_j):
-                if x[j, k] != np.inf:
-                    cols[at[j]] = k
-                    at[j] += 1
-    else:
-        for j in range(n_j):
-            for k in range(n_k):
-                if x[j, k] != np.inf:
-                    cols[at[j]] = k
-                    at[j] += 1
+    if ptr[n_rows] * share >= n_rows * n_cols:
+        return ptr, np.arange(n_cols), True
+    cols = np.empty(ptr[n_rows], dtype=np.int64)
+    at = ptr[:-1].copy()  # where each row's next column goes
+    for p in range(x.shape[0]):
+        for q in range(x.shape[1]):
+            if x[p, q] != np.inf:
+                row, col = (q, p) if transposed else (p, q)
+                cols[at[row]] = col
+                at[row] += 1
     return ptr, cols, False
 
 
@@ -133,37 +120,43 @@ def _terms(left: Index, rows: Index, n_k: int) -> int:
 
 @numba.njit(cache=True)
 def _rows(
-    a: np.ndarray, right: np.ndarray, left: Index, rows: Index, out: np.ndarray,
-    arg: np.ndarray,
+    a: np.ndarray, flipped: bool, right: np.ndarray, left: Index, rows: Index,
+    out: np.ndarray, arg: np.ndarray,
 ) -> None:
-    """``out[i, k] = min_j a[i, j] + right[j, k]`` and, where ``arg`` (int32) has room, the
-    first ``j`` reaching it (0 where every term is infinite); row by row."""
-    for i in range(a.shape[0]):
-        _row(a, right, left, rows, out, arg, i)
+    """``out[i, k] = min_j a[i, j] + right[j, k]`` (``a`` stored transposed when ``flipped``)
+    and, where ``arg`` (int32) has room, the first ``j`` reaching it (0 where every term is
+    infinite); row by row."""
+    for i in range(out.shape[0]):
+        _row(a, flipped, right, left, rows, out, arg, i)
 
 
 @numba.njit(cache=True, parallel=True)
 def _rows_parallel(
-    a: np.ndarray, right: np.ndarray, left: Index, rows: Index, out: np.ndarray,
-    arg: np.ndarray,
+    a: np.ndarray, flipped: bool, right: np.ndarray, left: Index, rows: Index,
+    out: np.ndarray, arg: np.ndarray,
 ) -> None:
     """:func:`_rows` with its rows spread over the cores (each row is independent, so the
     values and argmins are the same)."""
-    for i in numba.prange(a.shape[0]):
-        _row(a, right, left, rows, out, arg, i)
+    for i in numba.prange(out.shape[0]):
+        _row(a, flipped, right, left, rows, out, arg, i)
 
 
 @numba.njit(cache=True)
 def _row(
-    a: np.ndarray, right: np.ndarray, left: Index, rows: Index, out: np.ndarray,
-    arg: np.ndarray, i: int,
+    a: np.ndarray, flipped: bool, right: np.ndarray, left: Index, rows: Index,
+    out: np.ndarray, arg: np.ndarray, i: int,
 ) -> None:
     """Row ``i`` of :func:`_rows`, over the finite ``a[i, j]`` only, in increasing ``j`` with
     a strict ``<`` (the argmin is the first ``j`` reaching the minimum, as numpy's argmin)."""
     l_ptr, l_cols, l_dense = left
     r_ptr, r_cols, r_dense = rows
-    row = a[i]
     finite = l_cols if l_dense else l_cols[l_ptr[i]:l_ptr[i + 1]]
+    if flipped:  # gather the row's finite entries (only those are read)
+        row = np.empty(a.shape[0])
+        for j in finite:
+            row[j] = a[j, i]
+    else:
+        row = a[i]
     o = out[i]
     o[:] = np.inf
     with_arg = arg.shape[0] > 0
