@@ -87,10 +87,16 @@ def test_stage_shapes_built_at_one_bandwidth_price_every_other_exactly():
 
 
 def _megatron_splits(layers: int, p: int) -> list[tuple[int, ...]]:
-    """Brute force: every split of ``layers`` over ``p`` stages of at least one layer whose
-    middle stages hold the same count (what Megatron-LM's first/last flags express)."""
-    return [s for s in itertools.product(range(1, layers + 1), repeat=p)
-            if sum(s) == layers and len(set(s[1:-1])) <= 1]
+    """Brute force: every split of ``layers`` over ``p`` stages of at least one layer (each
+    set of p - 1 cut points between layers) whose middle stages hold the same count (what
+    Megatron-LM's first/last flags express)."""
+    splits = []
+    for cuts in itertools.combinations(range(1, layers), p - 1):
+        bounds = (0, *cuts, layers)
+        split = tuple(b - a for a, b in zip(bounds, bounds[1:]))
+        if len(set(split[1:-1])) <= 1:
+            splits.append(split)
+    return splits
 
 
 def _with_every_split(config: FixedConfig, layers: int) -> list[FixedConfig]:
