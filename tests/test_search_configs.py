@@ -93,7 +93,7 @@ def _megatron_splits(layers: int, p: int) -> list[tuple[int, ...]]:
     splits = []
     for cuts in itertools.combinations(range(1, layers), p - 1):
         bounds = (0, *cuts, layers)
-        split = tuple(b - a for a, b in zip(bounds, bounds[1:]))
+        split = tuple(b - a for a, b in itertools.pairwise(bounds))
         if len(set(split[1:-1])) <= 1:
             splits.append(split)
     return splits
