@@ -46,7 +46,7 @@ def notes(r: RunResults) -> list[str]:
         "(32 GB/s, as in the dgx-a100 preset) becomes the bottleneck of inter-node traffic, so "
         "the curves flatten there: faster NICs alone do not help this box.",
         "- Wall times were measured on 2 CPU cores shared with other jobs (load averages in the "
-        "machine table); treat them as +-20%. DP times are best of up to 3 runs, ILP and "
+        "machine table); treat them as +-20%. DP times are best of up to 5 runs, ILP and "
         "planner times single runs.",
         "- \"Optimal\" means proven: the plain DP when the fastest plan fits in memory, "
         "otherwise a Lagrangian bound closed by an exact search over (time, memory) fronts "

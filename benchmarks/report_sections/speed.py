@@ -67,7 +67,9 @@ def _method(cfg: BenchConfig) -> list[str]:
         "(op nodes plus tensor-layout nodes, topology-aware costs).",
         "- DP: `taps_core.search.layered.solve_problem(problem, 0.0)` (repeated squaring over the "
         "identical layers when there are 3 or more, plain graph elimination otherwise); "
-        "best of up to 3 runs when a run is under a second. *Plain elim.*: "
+        "best of up to 5 runs while they take under a second together, timed after a second "
+        "idle when the row before ran the ILP (this shared machine runs slower for a moment after "
+        "seconds of full load). *Plain elim.*: "
         "`taps_core.solver.solve` on the whole cost graph, without the layer memo "
         f"(run up to {cfg.plain_max_vars:,} ILP-equivalent variables).",
         f"- ILP: `taps_core.solver.ilp` (Alpa-style one-hot + edge variables, scipy HiGHS) on "
