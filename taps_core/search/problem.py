@@ -382,9 +382,9 @@ def _weighted(
     """(cost per strategy, chosen option per strategy) at ``time + weight * memory`` of one
     node's [strategies, options] arrays; ties between options go to the one holding less
     memory, then to the lower column."""
-    if time_s.shape[1] == 1:  # one option (no ZeRO choice): nothing to weigh against
-        return time_s[:, 0] + weight * memory_bytes[:, 0], np.zeros(len(time_s), dtype=np.intp)
     val = time_s + weight * memory_bytes if weight else time_s
+    if val.shape[1] == 1:  # one option (no ZeRO choice): nothing to weigh against
+        return val[:, 0].copy(), np.zeros(len(val), dtype=np.intp)
     best = val.min(axis=1)
     tol = 1e-12 * np.abs(best) + 1e-300
     tie = np.where(val <= (best + tol)[:, None], memory_bytes, np.inf)
